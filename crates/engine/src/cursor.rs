@@ -1,0 +1,351 @@
+//! Range iteration over a committed tree, both directions, zero-copy.
+
+use std::ops::Bound;
+
+use larch_pager::{PageRole, TreeRoot};
+
+use crate::error::{Error, Result};
+use crate::node::NodePage;
+use crate::view::{View, MAX_DEPTH};
+
+/// A position in a tree: the path of (page, index) from the root to a leaf entry.
+#[derive(Debug)]
+struct Cursor<'a> {
+    stack: Vec<(NodePage<'a>, usize)>,
+    /// Pages descended into so far: a valid tree never needs more than the file has, so more
+    /// means a cycle or shared pages in a damaged file.
+    visited: u64,
+}
+
+enum Seek<'k> {
+    First,
+    Last,
+    /// First entry >= key (or > key if exclusive).
+    Ge(&'k [u8], bool),
+    /// Last entry <= key (or < key if exclusive).
+    Le(&'k [u8], bool),
+}
+
+impl<'a> Cursor<'a> {
+    fn new() -> Self {
+        Cursor {
+            stack: Vec::new(),
+            visited: 0,
+        }
+    }
+
+    fn visit(&mut self, view: &View<'a>, id: u64, role: PageRole) -> Result<NodePage<'a>> {
+        self.visited += 1;
+        if self.visited > view.high_water || self.stack.len() > MAX_DEPTH as usize {
+            return Err(Error::corrupt(
+                id,
+                "tree walk visits more pages than the file holds (cycle?)",
+            ));
+        }
+        view.node(id, role)
+    }
+
+    /// Position per `seek`. Returns false if there is no such entry.
+    fn seek(
+        &mut self,
+        view: &View<'a>,
+        root: &TreeRoot,
+        role: PageRole,
+        seek: &Seek<'_>,
+    ) -> Result<bool> {
+        self.stack.clear();
+        if root.root == 0 {
+            return Ok(false);
+        }
+        let mut id = root.root;
+        loop {
+            let p = self.visit(view, id, role)?;
+            if p.leaf {
+                let forward = matches!(seek, Seek::First | Seek::Ge(..));
+                let idx: isize = match seek {
+                    Seek::First => 0,
+                    Seek::Last => p.count as isize - 1,
+                    Seek::Ge(k, excl) => match p.search(k)? {
+                        Ok(i) if *excl => i as isize + 1,
+                        Ok(i) => i as isize,
+                        Err(i) => i as isize,
+                    },
+                    Seek::Le(k, excl) => match p.search(k)? {
+                        Ok(i) if *excl => i as isize - 1,
+                        Ok(i) => i as isize,
+                        Err(i) => i as isize - 1,
+                    },
+                };
+                let count = p.count as isize;
+                if forward {
+                    self.stack.push((p, idx.max(0) as usize));
+                    if idx >= count {
+                        return self.next(view, role);
+                    }
+                } else {
+                    if idx < 0 {
+                        self.stack.push((p, 0));
+                        return self.prev(view, role);
+                    }
+                    self.stack.push((p, idx as usize));
+                }
+                return Ok(true);
+            }
+            let i = match seek {
+                Seek::First => 0,
+                Seek::Last => p.count - 1,
+                Seek::Ge(k, _) | Seek::Le(k, _) => p.child_index(k)?,
+            };
+            id = p.child(i)?;
+            self.stack.push((p, i));
+        }
+    }
+
+    /// Move to the next entry; false when past the last.
+    fn next(&mut self, view: &View<'a>, role: PageRole) -> Result<bool> {
+        loop {
+            let Some((page, idx)) = self.stack.last_mut() else {
+                return Ok(false);
+            };
+            if page.leaf && *idx + 1 < page.count {
+                *idx += 1;
+                return Ok(true);
+            }
+            // Climb to the first ancestor with a next child, then take leftmost leaves down.
+            self.stack.pop();
+            loop {
+                let Some((page, idx)) = self.stack.last_mut() else {
+                    return Ok(false);
+                };
+                if *idx + 1 < page.count {
+                    *idx += 1;
+                    let mut id = page.child(*idx)?;
+                    loop {
+                        let p = self.visit(view, id, role)?;
+                        if p.leaf {
+                            let empty = p.count == 0;
+                            self.stack.push((p, 0));
+                            if empty {
+                                break; // a damaged or root-only empty leaf: keep moving
+                            }
+                            return Ok(true);
+                        }
+                        id = p.child(0)?;
+                        self.stack.push((p, 0));
+                    }
+                    break;
+                }
+                self.stack.pop();
+            }
+        }
+    }
+
+    /// Move to the previous entry; false when before the first.
+    fn prev(&mut self, view: &View<'a>, role: PageRole) -> Result<bool> {
+        loop {
+            let Some((page, idx)) = self.stack.last_mut() else {
+                return Ok(false);
+            };
+            if page.leaf && *idx > 0 && *idx <= page.count {
+                *idx -= 1;
+                return Ok(true);
+            }
+            self.stack.pop();
+            loop {
+                let Some((page, idx)) = self.stack.last_mut() else {
+                    return Ok(false);
+                };
+                if *idx > 0 {
+                    *idx -= 1;
+                    let mut id = page.child(*idx)?;
+                    loop {
+                        let p = self.visit(view, id, role)?;
+                        if p.leaf {
+                            let n = p.count;
+                            // Index one past the end so the outer loop steps to n - 1.
+                            self.stack.push((p, n));
+                            break;
+                        }
+                        let last = p.count - 1;
+                        id = p.child(last)?;
+                        self.stack.push((p, last));
+                    }
+                    break;
+                }
+                self.stack.pop();
+            }
+        }
+    }
+
+    fn current(&self, view: &View<'a>) -> Result<(&'a [u8], &'a [u8])> {
+        let (page, idx) = self
+            .stack
+            .last()
+            .ok_or_else(|| Error::corrupt(0, "cursor off the tree"))?;
+        let (k, v) = page.entry(*idx)?;
+        Ok((k, view.value(v)?))
+    }
+}
+
+/// Iterator over `(key, value)` pairs of a range, in key order, from either end.
+///
+/// Items are `Result`s: a damaged page ends the iteration with an error.
+#[derive(Debug)]
+pub struct Range<'a> {
+    view: View<'a>,
+    root: TreeRoot,
+    role: PageRole,
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    front: Option<Cursor<'a>>,
+    back: Option<Cursor<'a>>,
+    front_key: Option<&'a [u8]>,
+    back_key: Option<&'a [u8]>,
+    done: bool,
+}
+
+fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl<'a> Range<'a> {
+    pub(crate) fn new(
+        view: View<'a>,
+        root: TreeRoot,
+        role: PageRole,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Self {
+        Range {
+            view,
+            root,
+            role,
+            start: owned(start),
+            end: owned(end),
+            front: None,
+            back: None,
+            front_key: None,
+            back_key: None,
+            done: false,
+        }
+    }
+
+    fn below_end(&self, k: &[u8]) -> bool {
+        let in_bound = match &self.end {
+            Bound::Included(e) => k <= e.as_slice(),
+            Bound::Excluded(e) => k < e.as_slice(),
+            Bound::Unbounded => true,
+        };
+        in_bound && self.back_key.is_none_or(|b| k < b)
+    }
+
+    fn above_start(&self, k: &[u8]) -> bool {
+        let in_bound = match &self.start {
+            Bound::Included(s) => k >= s.as_slice(),
+            Bound::Excluded(s) => k > s.as_slice(),
+            Bound::Unbounded => true,
+        };
+        in_bound && self.front_key.is_none_or(|f| k > f)
+    }
+
+    fn step_front(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
+        let moved = match self.front.as_mut() {
+            Some(c) => c.next(&self.view, self.role)?,
+            None => {
+                let mut c = Cursor::new();
+                let seek = match &self.start {
+                    Bound::Included(k) => Seek::Ge(k, false),
+                    Bound::Excluded(k) => Seek::Ge(k, true),
+                    Bound::Unbounded => Seek::First,
+                };
+                let found = c.seek(&self.view, &self.root, self.role, &seek)?;
+                self.front = Some(c);
+                found
+            }
+        };
+        if !moved {
+            return Ok(None);
+        }
+        let Some(c) = self.front.as_ref() else {
+            return Ok(None);
+        };
+        let (k, v) = c.current(&self.view)?;
+        if !self.below_end(k) {
+            return Ok(None);
+        }
+        self.front_key = Some(k);
+        Ok(Some((k, v)))
+    }
+
+    fn step_back(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
+        let moved = match self.back.as_mut() {
+            Some(c) => c.prev(&self.view, self.role)?,
+            None => {
+                let mut c = Cursor::new();
+                let seek = match &self.end {
+                    Bound::Included(k) => Seek::Le(k, false),
+                    Bound::Excluded(k) => Seek::Le(k, true),
+                    Bound::Unbounded => Seek::Last,
+                };
+                let found = c.seek(&self.view, &self.root, self.role, &seek)?;
+                self.back = Some(c);
+                found
+            }
+        };
+        if !moved {
+            return Ok(None);
+        }
+        let Some(c) = self.back.as_ref() else {
+            return Ok(None);
+        };
+        let (k, v) = c.current(&self.view)?;
+        if !self.above_start(k) {
+            return Ok(None);
+        }
+        self.back_key = Some(k);
+        Ok(Some((k, v)))
+    }
+
+    fn finish(
+        &mut self,
+        r: Result<Option<(&'a [u8], &'a [u8])>>,
+    ) -> Option<Result<(&'a [u8], &'a [u8])>> {
+        match r {
+            Ok(Some(kv)) => Some(Ok(kv)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl<'a> Iterator for Range<'a> {
+    type Item = Result<(&'a [u8], &'a [u8])>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let r = self.step_front();
+        self.finish(r)
+    }
+}
+
+impl DoubleEndedIterator for Range<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let r = self.step_back();
+        self.finish(r)
+    }
+}

@@ -1,0 +1,198 @@
+//! The database handle: open, snapshots and the reader table, the writer lock, sync, close.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use larch_freelist::FreeSpace;
+use larch_pager::{Map, Meta, OpenedMetas, Pager, PagerOptions};
+
+use crate::error::{Error, Result};
+use crate::options::Options;
+use crate::read::ReadTx;
+use crate::view::View;
+use crate::write::WriteTx;
+use crate::TxId;
+
+/// One committed state: a meta and the map to read it through.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    pub meta: Meta,
+    pub map: Arc<Map>,
+}
+
+/// What readers share: the newest snapshot and how many readers hold each txid.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub current: Arc<Snapshot>,
+    pub readers: BTreeMap<TxId, usize>,
+}
+
+/// State only the writer touches (under the writer lock).
+#[derive(Debug)]
+pub(crate) struct WriterState {
+    pub free: FreeSpace,
+    /// Newest committed meta (visible to readers).
+    pub committed: Meta,
+    /// The committed meta before it.
+    pub previous: Meta,
+    /// Newest txid that survives power loss.
+    pub durable: TxId,
+    /// A meta written without sync (NoMetaSync): durable after the next sync.
+    pub meta_unsynced: Option<TxId>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub pager: Pager,
+    pub opts: Options,
+    pub shared: Mutex<Shared>,
+    pub writer: Mutex<WriterState>,
+    pub opened: OpenedMetas,
+}
+
+/// An open database file. `Send + Sync`: share it between threads by reference or `Arc`.
+///
+/// ```
+/// use larch::{Db, Options};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Db::open(dir.path().join("example.larch"), Options::default())?;
+/// let mut tx = db.begin_write()?;
+/// tx.open_tree("users")?.insert(b"alice", b"1")?;
+/// tx.commit()?;
+/// let rx = db.begin_read()?;
+/// assert_eq!(rx.open_tree("users")?.get(b"alice")?, Some(&b"1"[..]));
+/// # Ok::<(), larch::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Db {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Db {
+    /// Open `path`, creating it if missing (unless `Options::create(false)`). Fails with a
+    /// clear error if another handle has it open, or it is not a valid larch file.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let path = path.as_ref();
+        if !larch_pager::valid_page_size(opts.page_size) {
+            return Err(Error::InvalidOption(format!(
+                "page size {} is not a power of two between 4096 and 65536",
+                opts.page_size
+            )));
+        }
+        let popts = PagerOptions {
+            page_size: opts.page_size,
+            write_mode: opts.write_mode,
+            advice: opts.advice,
+            read_only: opts.read_only,
+            create: opts.create,
+        };
+        let (pager, opened) = Pager::open(path, popts)?;
+        let meta = opened.current;
+        let map = pager.map();
+        let mut free = FreeSpace::new(opts.policy);
+        if !opts.read_only {
+            crate::freemap::load(
+                &View::new(&map, &meta, opts.verify_checksums),
+                &meta,
+                &mut free,
+            )?;
+        }
+        let inner = Inner {
+            shared: Mutex::new(Shared {
+                current: Arc::new(Snapshot { meta, map }),
+                readers: BTreeMap::new(),
+            }),
+            writer: Mutex::new(WriterState {
+                free,
+                committed: meta,
+                previous: meta,
+                durable: meta.txid,
+                meta_unsynced: None,
+            }),
+            pager,
+            opts,
+            opened,
+        };
+        Ok(Db {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Begin a read transaction: a snapshot of the newest commit. Any number, on any thread;
+    /// readers never block the writer or each other.
+    pub fn begin_read(&self) -> Result<ReadTx> {
+        let snap = {
+            let mut s = self.inner.shared.lock();
+            let snap = s.current.clone();
+            *s.readers.entry(snap.meta.txid).or_insert(0) += 1;
+            snap
+        };
+        Ok(ReadTx::new(self.inner.clone(), snap))
+    }
+
+    /// Begin the write transaction, waiting for the current one to end. (Do not call this, or
+    /// [`Db::sync`], on a thread that already holds a write transaction: it would wait forever.)
+    pub fn begin_write(&self) -> Result<WriteTx<'_>> {
+        WriteTx::begin(&self.inner)
+    }
+
+    /// Make every commit so far durable (Async and NoMetaSync ones included).
+    pub fn sync(&self) -> Result<()> {
+        self.inner.pager.check_writable()?;
+        let mut w = self.inner.writer.lock();
+        crate::durability::sync_all(&self.inner, &mut w)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        self.inner.pager.path()
+    }
+
+    /// The file's page size.
+    pub fn page_size(&self) -> usize {
+        self.inner.pager.page_size()
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> Options {
+        self.inner.opts
+    }
+}
+
+impl Inner {
+    /// The newest snapshot and the oldest txid any reader holds.
+    pub(crate) fn snapshot_and_oldest_reader(&self) -> (Arc<Snapshot>, Option<TxId>) {
+        let s = self.shared.lock();
+        (s.current.clone(), s.readers.keys().next().copied())
+    }
+
+    /// Make `meta` the snapshot new readers get.
+    pub(crate) fn publish(&self, meta: Meta) {
+        let map = self.pager.map();
+        let mut s = self.shared.lock();
+        s.current = Arc::new(Snapshot { meta, map });
+    }
+
+    pub(crate) fn end_read(&self, txid: TxId) {
+        let mut s = self.shared.lock();
+        if let Some(n) = s.readers.get_mut(&txid) {
+            *n -= 1;
+            if *n == 0 {
+                s.readers.remove(&txid);
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Close makes Async commits durable; errors have nowhere to go (call Db::sync to see them).
+        if !self.pager.read_only() && !self.pager.is_poisoned() {
+            let mut w = self.writer.lock();
+            let _ = crate::durability::sync_all(self, &mut w);
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! When a commit's meta is written and synced, per durability (docs/format.md, "Commit
+//! protocol"). The rule that keeps a fallback: the meta slot being written never holds the
+//! last durable meta.
+
+use larch_pager::Meta;
+
+use crate::db::{Inner, WriterState};
+use crate::error::Result;
+use crate::options::Durability;
+
+/// Sync data, then note that a meta written earlier without sync is now durable too.
+fn sync_data(db: &Inner, w: &mut WriterState) -> Result<()> {
+    db.pager.sync()?;
+    if let Some(t) = w.meta_unsynced.take() {
+        w.durable = w.durable.max(t);
+    }
+    Ok(())
+}
+
+/// Write `meta` into slot txid % 2. If that slot holds the last durable meta (async commits
+/// in between left the parity equal), first make `prev` (txid - 1, whose pages are synced by
+/// now) durable in the other slot, so a torn write of `meta` still has a fallback.
+fn write_meta_keeping_fallback(
+    db: &Inner,
+    w: &mut WriterState,
+    prev: Meta,
+    meta: Meta,
+) -> Result<()> {
+    if meta.txid % 2 == w.durable % 2 && meta.txid != w.durable {
+        debug_assert_eq!(prev.txid + 1, meta.txid);
+        db.pager.write_meta(&prev)?;
+        db.pager.sync()?;
+        w.durable = prev.txid;
+    }
+    Ok(db.pager.write_meta(&meta)?)
+}
+
+/// Finish a commit whose pages are written: sync and write the meta as `d` asks.
+pub(crate) fn commit_meta(
+    db: &Inner,
+    w: &mut WriterState,
+    prev: Meta,
+    meta: Meta,
+    d: Durability,
+) -> Result<()> {
+    match d {
+        Durability::Async => {}
+        Durability::Sync | Durability::NoMetaSync => {
+            sync_data(db, w)?;
+            write_meta_keeping_fallback(db, w, prev, meta)?;
+            if d == Durability::Sync {
+                db.pager.sync()?;
+                w.durable = meta.txid;
+            } else {
+                w.meta_unsynced = Some(meta.txid);
+            }
+        }
+    }
+    w.previous = prev;
+    w.committed = meta;
+    Ok(())
+}
+
+/// Make the newest commit durable (`Db::sync`, close).
+pub(crate) fn sync_all(db: &Inner, w: &mut WriterState) -> Result<()> {
+    if w.committed.txid == w.durable {
+        return Ok(());
+    }
+    sync_data(db, w)?;
+    if w.committed.txid != w.durable {
+        let (prev, meta) = (w.previous, w.committed);
+        write_meta_keeping_fallback(db, w, prev, meta)?;
+        db.pager.sync()?;
+        w.durable = meta.txid;
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! The persisted free-space state: a bitmap of pages not reachable from the commit (free or
+//! pending), kept as a B+tree of 256-byte chunks keyed by chunk number (big-endian u64).
+//!
+//! A commit rewrites only the chunks whose bits it changed (and their tree path), so its cost
+//! is proportional to the pages it touched, not to the free pages in the file. An all-zero
+//! chunk is deleted: a missing chunk means "every page in it is in use".
+
+use larch_freelist::FreeSpace;
+use larch_pager::{Meta, PageRole};
+
+use crate::cursor::Range;
+use crate::error::{Error, Result};
+use crate::view::View;
+use crate::write::{WriteTx, FREEMAP};
+use crate::PageId;
+
+/// Bytes of a chunk value.
+pub const CHUNK_BYTES: usize = 256;
+/// Pages a chunk covers.
+pub const CHUNK_PAGES: u64 = (CHUNK_BYTES * 8) as u64;
+
+/// Decode a chunk key.
+pub fn chunk_index(key: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(key.try_into().ok()?))
+}
+
+/// Every page marked unreachable in the free map of `meta`, as sorted runs. Fails on bits
+/// outside the file's pages or malformed chunks.
+pub fn unreachable_runs(view: &View<'_>, meta: &Meta) -> Result<Vec<(PageId, u64)>> {
+    let mut runs: Vec<(PageId, u64)> = Vec::new();
+    let range = Range::new(
+        *view,
+        meta.freemap,
+        PageRole::FreeMap,
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Unbounded,
+    );
+    for entry in range {
+        let (k, v) = entry?;
+        let idx = chunk_index(k)
+            .ok_or_else(|| Error::corrupt(meta.freemap.root, "free-map key is not 8 bytes"))?;
+        if v.len() != CHUNK_BYTES {
+            return Err(Error::corrupt(
+                meta.freemap.root,
+                format!("free-map chunk {idx} is {} bytes", v.len()),
+            ));
+        }
+        for (byte_i, &byte) in v.iter().enumerate() {
+            if byte == 0 {
+                continue;
+            }
+            for bit in 0..8 {
+                if byte & (1 << bit) == 0 {
+                    continue;
+                }
+                let page = idx
+                    .checked_mul(CHUNK_PAGES)
+                    .and_then(|b| b.checked_add((byte_i * 8 + bit) as u64))
+                    .filter(|&p| p >= 2 && p < meta.high_water)
+                    .ok_or_else(|| {
+                        Error::corrupt(
+                            meta.freemap.root,
+                            format!("free map marks a page of chunk {idx} outside the file"),
+                        )
+                    })?;
+                match runs.last_mut() {
+                    Some((s, n)) if *s + *n == page => *n += 1,
+                    _ => runs.push((page, 1)),
+                }
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// Fill `free` from the free map at open: with no reader and a durable meta, every
+/// unreachable page is reusable.
+pub fn load(view: &View<'_>, meta: &Meta, free: &mut FreeSpace) -> Result<()> {
+    for (p, n) in unreachable_runs(view, meta)? {
+        free.policy.insert(p, n);
+    }
+    Ok(())
+}
+
+impl WriteTx<'_> {
+    /// Write the bits this transaction changed into the free map. Changing the free map
+    /// copies its pages, which changes more bits; repeat until nothing changes (every touched
+    /// free-map page is dirty by then, so this ends in a few rounds).
+    pub(crate) fn save_free_map(&mut self) -> Result<()> {
+        for _round in 0..1000 {
+            let bits = std::mem::take(&mut self.bits);
+            if bits.is_empty() {
+                return Ok(());
+            }
+            let mut it = bits.into_iter().peekable();
+            while let Some(&(first, _)) = it.peek() {
+                let idx = first / CHUNK_PAGES;
+                let key = idx.to_be_bytes();
+                let mut chunk = match self.get_in(FREEMAP, &key)? {
+                    Some(v) if v.len() == CHUNK_BYTES => v.to_vec(),
+                    Some(v) => {
+                        return Err(Error::corrupt(
+                            self.base.meta.freemap.root,
+                            format!("free-map chunk {idx} is {} bytes", v.len()),
+                        ))
+                    }
+                    None => vec![0u8; CHUNK_BYTES],
+                };
+                let mut changed = false;
+                while let Some(&(p, unreachable)) = it.peek() {
+                    if p / CHUNK_PAGES != idx {
+                        break;
+                    }
+                    it.next();
+                    let off = (p % CHUNK_PAGES) as usize;
+                    let (byte, mask) = (off / 8, 1u8 << (off % 8));
+                    let was = chunk[byte] & mask != 0;
+                    if was != unreachable {
+                        chunk[byte] ^= mask;
+                        changed = true;
+                    }
+                }
+                if changed {
+                    if chunk.iter().all(|&b| b == 0) {
+                        self.remove(FREEMAP, &key)?;
+                    } else {
+                        self.insert(FREEMAP, &key, &chunk)?;
+                    }
+                }
+            }
+        }
+        Err(Error::corrupt(
+            self.base.meta.freemap.root,
+            "free map did not settle",
+        ))
+    }
+}

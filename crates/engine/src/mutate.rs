@@ -1,0 +1,441 @@
+//! The B+tree algorithms of a write transaction: copy a page into a dirty node when it is
+//! first touched, insert with splits, remove with merges and redistribution.
+//!
+//! Nodes split as soon as they overflow a page and rebalance as soon as they fall under half
+//! a page, so every node always fits its page and stays at least about half full.
+
+use std::sync::Arc;
+
+use larch_pager::{PageHeader, PageRole, PageType};
+
+use crate::error::{Error, Result};
+use crate::node::{Child, Node, Val, ValRef, OVERFLOW_HEADER};
+use crate::view::{View, MAX_DEPTH};
+use crate::write::WriteTx;
+
+/// Keys of a branch node: the child holding `key` (the last separator <= key).
+fn child_index(keys: &[Vec<u8>], key: &[u8]) -> usize {
+    // keys[0] is empty and ignored; count separators 1.. that are <= key.
+    keys[1..].partition_point(|k| k.as_slice() <= key)
+}
+
+/// The shortest key `s` with `left < s <= right` (suffix truncation of leaf separators).
+fn separator(left: &[u8], right: &[u8]) -> Vec<u8> {
+    let common = left.iter().zip(right).take_while(|(a, b)| a == b).count();
+    right[..(common + 1).min(right.len())].to_vec()
+}
+
+impl WriteTx<'_> {
+    fn limits_check(&self, key: &[u8], value_len: usize) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::EmptyKey);
+        }
+        if key.len() > self.limits.max_key {
+            return Err(Error::KeyTooLarge {
+                len: key.len(),
+                max: self.limits.max_key,
+            });
+        }
+        if value_len > u32::MAX as usize {
+            return Err(Error::ValueTooLarge { len: value_len });
+        }
+        Ok(())
+    }
+
+    /// Make `child` a dirty node: a committed page is copied to a newly allocated page and
+    /// the old page freed (pending).
+    pub(crate) fn touch(&mut self, child: Child, role: PageRole) -> Result<usize> {
+        match child {
+            Child::Node(i) => Ok(i),
+            Child::Page(p) => {
+                let base = Arc::clone(&self.base);
+                let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
+                let mut node = Node::decode(&view.node(p, role)?, 0, role)?;
+                node.page = self.alloc(1);
+                self.free_committed(p, 1);
+                self.nodes.push(node);
+                Ok(self.nodes.len() - 1)
+            }
+        }
+    }
+
+    fn node_mut(&mut self, i: usize) -> &mut Node {
+        &mut self.nodes[i]
+    }
+
+    /// Read `key` in tree `t`, through dirty nodes and committed pages alike.
+    pub(crate) fn get_in(&self, t: usize, key: &[u8]) -> Result<Option<&[u8]>> {
+        let tree = &self.trees[t];
+        let Some(mut cur) = tree.root else {
+            return Ok(None);
+        };
+        let mut levels = tree.depth;
+        if levels == 0 || levels > MAX_DEPTH {
+            return Err(Error::corrupt(
+                0,
+                format!("tree depth {levels} is impossible"),
+            ));
+        }
+        loop {
+            match cur {
+                Child::Node(i) => {
+                    let n = &self.nodes[i];
+                    if n.leaf {
+                        return match n.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
+                            Ok(j) => match &n.vals[j] {
+                                Val::Inline(v) => Ok(Some(v.as_slice())),
+                                Val::Overflow {
+                                    page,
+                                    len,
+                                    fresh: true,
+                                } => self.fresh_view().overflow(*page, *len).map(Some),
+                                Val::Overflow {
+                                    page,
+                                    len,
+                                    fresh: false,
+                                } => self.base_view().overflow(*page, *len).map(Some),
+                            },
+                            Err(_) => Ok(None),
+                        };
+                    }
+                    cur = n.kids[child_index(&n.keys, key)];
+                    levels -= 1;
+                }
+                Child::Page(p) => {
+                    let root = larch_pager::TreeRoot {
+                        root: p,
+                        entries: 0,
+                        depth: levels,
+                    };
+                    return self.base_view().get(&root, tree.role, key);
+                }
+            }
+        }
+    }
+
+    /// Insert or overwrite; true if the key existed.
+    pub(crate) fn insert(&mut self, t: usize, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.limits_check(key, value.len())?;
+        let role = self.trees[t].role;
+        let val = if self.limits.inline(key.len(), value.len()) {
+            Val::Inline(value.to_vec())
+        } else {
+            self.write_overflow(value)?
+        };
+        let root = match self.trees[t].root {
+            Some(r) => self.touch(r, role)?,
+            None => {
+                let page = self.alloc(1);
+                self.nodes.push(Node::empty(page, true, role));
+                self.trees[t].depth = 1;
+                self.nodes.len() - 1
+            }
+        };
+        self.trees[t].root = Some(Child::Node(root));
+        let (existed, split) = self.insert_at(root, key, val)?;
+        if let Some((sep, right)) = split {
+            let page = self.alloc(1);
+            let mut n = Node::empty(page, false, role);
+            n.keys = vec![Vec::new(), sep];
+            n.kids = vec![Child::Node(root), Child::Node(right)];
+            n.recompute_size();
+            self.nodes.push(n);
+            let tree = &mut self.trees[t];
+            tree.root = Some(Child::Node(self.nodes.len() - 1));
+            tree.depth += 1;
+        }
+        if !existed {
+            self.trees[t].entries += 1;
+        }
+        Ok(existed)
+    }
+
+    fn insert_at(
+        &mut self,
+        id: usize,
+        key: &[u8],
+        val: Val,
+    ) -> Result<(bool, Option<(Vec<u8>, usize)>)> {
+        let existed;
+        if self.nodes[id].leaf {
+            let n = self.node_mut(id);
+            match n.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
+                Ok(i) => {
+                    n.size -= Node::leaf_entry_size(key, &n.vals[i]);
+                    n.size += Node::leaf_entry_size(key, &val);
+                    let old = std::mem::replace(&mut n.vals[i], val);
+                    self.free_value(&old);
+                    existed = true;
+                }
+                Err(i) => {
+                    n.size += Node::leaf_entry_size(key, &val);
+                    n.keys.insert(i, key.to_vec());
+                    n.vals.insert(i, val);
+                    existed = false;
+                }
+            }
+        } else {
+            let i = child_index(&self.nodes[id].keys, key);
+            let role = self.nodes[id].role;
+            let c = self.touch(self.nodes[id].kids[i], role)?;
+            self.nodes[id].kids[i] = Child::Node(c);
+            let (e, split) = self.insert_at(c, key, val)?;
+            existed = e;
+            if let Some((sep, right)) = split {
+                let n = self.node_mut(id);
+                n.size += Node::branch_entry_size(&sep);
+                n.keys.insert(i + 1, sep);
+                n.kids.insert(i + 1, Child::Node(right));
+            }
+        }
+        if self.nodes[id].size > self.limits.capacity {
+            return Ok((existed, Some(self.split(id))));
+        }
+        Ok((existed, None))
+    }
+
+    /// Split an overfull node in two; returns the separator and the new right node.
+    fn split(&mut self, id: usize) -> (Vec<u8>, usize) {
+        let cap = self.limits.capacity;
+        let n = &self.nodes[id];
+        let sizes: Vec<usize> = (0..n.keys.len()).map(|i| n.entry_size(i)).collect();
+        let total: usize = sizes.iter().sum();
+        // Pick the most even split point where both halves fit (one always exists: every
+        // entry is at most a third of a page).
+        let mut best = 1;
+        let mut best_diff = usize::MAX;
+        let mut left = 0;
+        for at in 1..sizes.len() {
+            left += sizes[at - 1];
+            let right = if n.leaf {
+                total - left
+            } else {
+                total - left - n.keys[at].len()
+            };
+            if left <= cap && right <= cap {
+                let diff = left.abs_diff(right);
+                if diff < best_diff {
+                    best_diff = diff;
+                    best = at;
+                }
+            }
+        }
+        let page = self.alloc(1);
+        let n = &mut self.nodes[id];
+        let mut right = Node::empty(page, n.leaf, n.role);
+        right.keys = n.keys.split_off(best);
+        let sep = if n.leaf {
+            right.vals = n.vals.split_off(best);
+            separator(
+                n.keys.last().map(|k| k.as_slice()).unwrap_or(&[]),
+                &right.keys[0],
+            )
+        } else {
+            right.kids = n.kids.split_off(best);
+            std::mem::take(&mut right.keys[0])
+        };
+        n.recompute_size();
+        right.recompute_size();
+        self.nodes.push(right);
+        (sep, self.nodes.len() - 1)
+    }
+
+    fn free_value(&mut self, v: &Val) {
+        if let Val::Overflow { page, len, fresh } = *v {
+            let n = self.limits.overflow_pages(len);
+            if fresh {
+                self.free_fresh(page, n);
+            } else {
+                self.free_committed(page, n);
+            }
+        }
+    }
+
+    /// Write a large value to a new overflow run now (it is unreachable until commit, so
+    /// writing early is safe and keeps it out of memory).
+    fn write_overflow(&mut self, value: &[u8]) -> Result<Val> {
+        let len = value.len() as u64;
+        let n = self.limits.overflow_pages(len);
+        let page = self.alloc(n);
+        let ps = self.limits.page_size;
+        let mut buf = vec![0u8; n as usize * ps];
+        PageHeader {
+            page_type: PageType::Overflow,
+            role: PageRole::Data,
+            count: 0,
+            txid: self.txid,
+        }
+        .write(&mut buf);
+        buf[16..24].copy_from_slice(&len.to_le_bytes());
+        buf[OVERFLOW_HEADER..OVERFLOW_HEADER + value.len()].copy_from_slice(value);
+        larch_pager::set_run_checksum(&mut buf);
+        self.db.pager.ensure_pages(page + n)?;
+        self.map = self.db.pager.map();
+        self.db.pager.write_pages(page, &[&buf])?;
+        Ok(Val::Overflow {
+            page,
+            len,
+            fresh: true,
+        })
+    }
+
+    /// Remove `key`; true if it was there. Touches no page when the key is absent.
+    pub(crate) fn remove(&mut self, t: usize, key: &[u8]) -> Result<bool> {
+        if key.is_empty() || self.get_in(t, key)?.is_none() {
+            return Ok(false);
+        }
+        let role = self.trees[t].role;
+        let Some(r) = self.trees[t].root else {
+            return Ok(false);
+        };
+        let root = self.touch(r, role)?;
+        self.trees[t].root = Some(Child::Node(root));
+        let removed = self.remove_at(root, key)?;
+        if !removed {
+            return Ok(false);
+        }
+        self.trees[t].entries = self.trees[t].entries.saturating_sub(1);
+        // Shrink the root: a branch with one child gives way to it; an empty leaf empties the tree.
+        while let Some(Child::Node(idx)) = self.trees[t].root {
+            let n = &self.nodes[idx];
+            let page = n.page;
+            if !n.leaf && n.kids.len() == 1 {
+                let child = n.kids[0];
+                self.nodes[idx].live = false;
+                self.free_fresh(page, 1);
+                self.trees[t].root = Some(child);
+                self.trees[t].depth -= 1;
+                continue;
+            }
+            if n.leaf && n.keys.is_empty() {
+                self.nodes[idx].live = false;
+                self.free_fresh(page, 1);
+                self.trees[t].root = None;
+                self.trees[t].depth = 0;
+            }
+            break;
+        }
+        Ok(true)
+    }
+
+    fn remove_at(&mut self, id: usize, key: &[u8]) -> Result<bool> {
+        if self.nodes[id].leaf {
+            let n = self.node_mut(id);
+            let Ok(i) = n.keys.binary_search_by(|k| k.as_slice().cmp(key)) else {
+                return Ok(false);
+            };
+            n.size -= Node::leaf_entry_size(key, &n.vals[i]);
+            n.keys.remove(i);
+            let old = n.vals.remove(i);
+            self.free_value(&old);
+            return Ok(true);
+        }
+        let i = child_index(&self.nodes[id].keys, key);
+        let role = self.nodes[id].role;
+        let c = self.touch(self.nodes[id].kids[i], role)?;
+        self.nodes[id].kids[i] = Child::Node(c);
+        if !self.remove_at(c, key)? {
+            return Ok(false);
+        }
+        if self.nodes[c].size < self.limits.capacity / 2 && self.nodes[id].kids.len() > 1 {
+            self.rebalance(id, i)?;
+        }
+        Ok(true)
+    }
+
+    /// Child `i` of `parent` is under half full: merge it with a sibling if both fit one
+    /// page, otherwise share entries evenly between the two.
+    fn rebalance(&mut self, parent: usize, i: usize) -> Result<()> {
+        let (li, ri) = if i > 0 { (i - 1, i) } else { (i, i + 1) };
+        let role = self.nodes[parent].role;
+        let l = self.touch(self.nodes[parent].kids[li], role)?;
+        self.nodes[parent].kids[li] = Child::Node(l);
+        let r = self.touch(self.nodes[parent].kids[ri], role)?;
+        self.nodes[parent].kids[ri] = Child::Node(r);
+        let sep = self.nodes[parent].keys[ri].clone();
+        let leaf = self.nodes[l].leaf;
+        // Gather both nodes into one sequence (a branch's right half gets the parent
+        // separator as its first key).
+        let mut right = std::mem::replace(&mut self.nodes[r], Node::empty(0, leaf, role));
+        let right_page = right.page;
+        if !leaf {
+            right.keys[0] = sep;
+        }
+        let ln = &mut self.nodes[l];
+        ln.keys.append(&mut right.keys);
+        ln.vals.append(&mut right.vals);
+        ln.kids.append(&mut right.kids);
+        ln.recompute_size();
+        if ln.size <= self.limits.capacity {
+            // Merge: the right node disappears.
+            self.nodes[r].live = false;
+            self.free_fresh(right_page, 1);
+            let p = self.node_mut(parent);
+            p.size -= Node::branch_entry_size(&p.keys[ri]);
+            p.keys.remove(ri);
+            p.kids.remove(ri);
+            return Ok(());
+        }
+        // Redistribute: split the combined node again at its most even point.
+        let (new_sep, tmp) = self.split(l);
+        // `split` allocated a fresh page for the new right half; keep the old right page.
+        let tmp_page = self.nodes[tmp].page;
+        self.free_fresh(tmp_page, 1);
+        self.nodes[tmp].page = right_page;
+        self.nodes.swap(r, tmp);
+        self.nodes[tmp].live = false;
+        let p = self.node_mut(parent);
+        p.size -= Node::branch_entry_size(&p.keys[ri]);
+        p.size += Node::branch_entry_size(&new_sep);
+        p.keys[ri] = new_sep;
+        Ok(())
+    }
+
+    /// Free every page of a subtree (tree deletion).
+    pub(crate) fn free_subtree(&mut self, root: Child, depth: u32, role: PageRole) -> Result<()> {
+        let base = Arc::clone(&self.base);
+        let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
+        let mut stack = vec![(root, depth)];
+        let mut visited: u64 = 0;
+        while let Some((c, level)) = stack.pop() {
+            visited += 1;
+            if visited > self.hwm || level == 0 {
+                return Err(Error::corrupt(
+                    0,
+                    "tree walk visits more pages than the file holds (cycle?)",
+                ));
+            }
+            match c {
+                Child::Node(i) => {
+                    let n = self.nodes[i].clone();
+                    self.nodes[i].live = false;
+                    if n.leaf {
+                        for v in &n.vals {
+                            self.free_value(v);
+                        }
+                    } else {
+                        stack.extend(n.kids.iter().map(|&k| (k, level - 1)));
+                    }
+                    self.free_fresh(n.page, 1);
+                }
+                Child::Page(p) => {
+                    let page = view.node(p, role)?;
+                    if page.leaf {
+                        for j in 0..page.count {
+                            if let ValRef::Overflow { page: op, len } = page.entry(j)?.1 {
+                                let n = self.limits.overflow_pages(len);
+                                self.free_committed(op, n);
+                            }
+                        }
+                    } else {
+                        for j in 0..page.count {
+                            stack.push((Child::Page(page.child(j)?), level - 1));
+                        }
+                    }
+                    self.free_committed(p, 1);
+                }
+            }
+        }
+        Ok(())
+    }
+}

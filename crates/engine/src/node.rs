@@ -1,0 +1,418 @@
+//! B+tree node pages: zero-copy readers over the map, and the in-memory node a write
+//! transaction edits and encodes at commit.
+//!
+//! ## Format
+//! Leaf: the common header (count = entries), then `count` u16 cell offsets in key order; cells
+//! are packed at the end of the page:
+//! ```text
+//! cell: klen u16 | flags u8 | 0 u8 | vlen u32 | key | value (inline) or first page u64 (overflow)
+//! ```
+//! Branch: header (count = children), `count` u16 cell offsets; cell `i` holds separator `i`
+//! and child `i`; separator 0 is empty. Child `i` holds the keys in `[sep i, sep i+1)`.
+//! ```text
+//! cell: klen u16 | child u64 | key
+//! ```
+//! Overflow run: header (count = 0), value length u64, the value; the crc covers the run.
+
+use larch_pager::{PageHeader, PageRole, PageType, PAGE_HEADER_SIZE};
+
+use crate::error::{Error, Result};
+use crate::{PageId, TxId};
+
+/// Bytes of a slot (cell offset).
+pub const SLOT: usize = 2;
+/// Bytes of a leaf cell header.
+pub const LEAF_CELL: usize = 8;
+/// Bytes of a branch cell header.
+pub const BRANCH_CELL: usize = 10;
+/// Bytes before the value in an overflow run.
+pub const OVERFLOW_HEADER: usize = PAGE_HEADER_SIZE + 8;
+const FLAG_OVERFLOW: u8 = 1;
+
+/// Size limits that follow from the page size.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Page size.
+    pub page_size: usize,
+    /// Bytes available to slots and cells.
+    pub capacity: usize,
+    /// Largest key.
+    pub max_key: usize,
+    /// Largest encoded entry kept inline; bigger values go to an overflow run. At most a third
+    /// of the capacity, so an overfull node always splits into two that fit.
+    pub max_entry: usize,
+}
+
+impl Limits {
+    /// Limits for a page size.
+    pub fn new(page_size: usize) -> Limits {
+        let capacity = page_size - PAGE_HEADER_SIZE;
+        Limits {
+            page_size,
+            capacity,
+            max_key: page_size / 4,
+            max_entry: capacity / 3,
+        }
+    }
+    /// Does a value of `vlen` bytes under a key of `klen` bytes stay in the leaf?
+    pub fn inline(&self, klen: usize, vlen: usize) -> bool {
+        SLOT + LEAF_CELL + klen + vlen <= self.max_entry
+    }
+    /// Pages an overflow run of `vlen` bytes takes.
+    pub fn overflow_pages(&self, vlen: u64) -> u64 {
+        (OVERFLOW_HEADER as u64 + vlen).div_ceil(self.page_size as u64)
+    }
+}
+
+/// A value as stored in a leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValRef<'a> {
+    /// In the leaf.
+    Inline(&'a [u8]),
+    /// In an overflow run starting at `page`.
+    Overflow {
+        /// First page of the run.
+        page: PageId,
+        /// Value length.
+        len: u64,
+    },
+}
+
+/// A branch or leaf page read in place.
+#[derive(Clone, Copy, Debug)]
+pub struct NodePage<'a> {
+    /// The page id (for error messages).
+    pub id: PageId,
+    /// The page bytes.
+    pub bytes: &'a [u8],
+    /// Entries (leaf) or children (branch).
+    pub count: usize,
+    /// Leaf or branch.
+    pub leaf: bool,
+}
+
+#[inline]
+fn u16_at(b: &[u8], at: usize) -> Option<usize> {
+    Some(u16::from_le_bytes([*b.get(at)?, *b.get(at + 1)?]) as usize)
+}
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+#[inline]
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+impl<'a> NodePage<'a> {
+    /// Read the header of `bytes` as a node of `role`; checks type, role and that the slots fit.
+    pub fn parse(id: PageId, bytes: &'a [u8], role: PageRole) -> Result<NodePage<'a>> {
+        let h = PageHeader::read(bytes).ok_or_else(|| Error::corrupt(id, "unknown page type"))?;
+        let leaf = match h.page_type {
+            PageType::Leaf => true,
+            PageType::Branch => false,
+            PageType::Overflow => {
+                return Err(Error::corrupt(
+                    id,
+                    "expected a tree node, found an overflow page",
+                ))
+            }
+        };
+        if h.role != role {
+            return Err(Error::corrupt(
+                id,
+                format!(
+                    "page of the {} tree found inside the {} tree",
+                    h.role.name(),
+                    role.name()
+                ),
+            ));
+        }
+        let count = h.count as usize;
+        if PAGE_HEADER_SIZE + count * SLOT > bytes.len() || (!leaf && count == 0) {
+            return Err(Error::corrupt(
+                id,
+                format!("impossible entry count {count}"),
+            ));
+        }
+        Ok(NodePage {
+            id,
+            bytes,
+            count,
+            leaf,
+        })
+    }
+
+    /// The txid in the header.
+    pub fn txid(&self) -> TxId {
+        u64_at(self.bytes, 8).unwrap_or(0)
+    }
+
+    #[inline]
+    fn cell(&self, i: usize) -> Result<usize> {
+        u16_at(self.bytes, PAGE_HEADER_SIZE + i * SLOT)
+            .filter(|&o| o >= PAGE_HEADER_SIZE + self.count * SLOT && o < self.bytes.len())
+            .ok_or_else(|| Error::corrupt(self.id, format!("cell offset {i} out of the page")))
+    }
+
+    /// Key of entry (leaf) or separator (branch) `i`.
+    #[inline]
+    pub fn key(&self, i: usize) -> Result<&'a [u8]> {
+        let off = self.cell(i)?;
+        let klen = u16_at(self.bytes, off).ok_or_else(|| self.bad(i))?;
+        let start = off + if self.leaf { LEAF_CELL } else { BRANCH_CELL };
+        self.bytes
+            .get(start..start + klen)
+            .ok_or_else(|| self.bad(i))
+    }
+
+    fn bad(&self, i: usize) -> Error {
+        Error::corrupt(self.id, format!("cell {i} runs past the end of the page"))
+    }
+
+    /// Key and value of leaf entry `i`.
+    #[inline]
+    pub fn entry(&self, i: usize) -> Result<(&'a [u8], ValRef<'a>)> {
+        let off = self.cell(i)?;
+        let b = self.bytes;
+        let klen = u16_at(b, off).ok_or_else(|| self.bad(i))?;
+        let flags = *b.get(off + 2).ok_or_else(|| self.bad(i))?;
+        let vlen = u32_at(b, off + 4).ok_or_else(|| self.bad(i))? as usize;
+        let ks = off + LEAF_CELL;
+        let key = b.get(ks..ks + klen).ok_or_else(|| self.bad(i))?;
+        let vs = ks + klen;
+        let val = if flags & FLAG_OVERFLOW != 0 {
+            ValRef::Overflow {
+                page: u64_at(b, vs).ok_or_else(|| self.bad(i))?,
+                len: vlen as u64,
+            }
+        } else {
+            ValRef::Inline(b.get(vs..vs + vlen).ok_or_else(|| self.bad(i))?)
+        };
+        Ok((key, val))
+    }
+
+    /// Child page `i` of a branch.
+    #[inline]
+    pub fn child(&self, i: usize) -> Result<PageId> {
+        let off = self.cell(i)?;
+        u64_at(self.bytes, off + 2).ok_or_else(|| self.bad(i))
+    }
+
+    /// Leaf: position of `key`, or where it would be inserted.
+    #[inline]
+    pub fn search(&self, key: &[u8]) -> Result<std::result::Result<usize, usize>> {
+        let (mut lo, mut hi) = (0, self.count);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.key(mid)?.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(Ok(mid)),
+            }
+        }
+        Ok(Err(lo))
+    }
+
+    /// Branch: the child whose range holds `key` (the last separator <= key).
+    #[inline]
+    pub fn child_index(&self, key: &[u8]) -> Result<usize> {
+        // Separators 1..count; find how many are <= key.
+        let (mut lo, mut hi) = (1, self.count);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.key(mid)? <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo - 1)
+    }
+}
+
+/// A child pointer inside a write transaction: a committed page, or a dirty node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Child {
+    /// A page of the committed tree, not yet copied.
+    Page(PageId),
+    /// A node in the transaction's arena.
+    Node(usize),
+}
+
+/// A value held by a dirty leaf.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Val {
+    /// Stored in the leaf.
+    Inline(Vec<u8>),
+    /// An overflow run; `fresh` when written by this transaction (freeing it is immediate).
+    Overflow {
+        /// First page.
+        page: PageId,
+        /// Value length.
+        len: u64,
+        /// Written by this transaction.
+        fresh: bool,
+    },
+}
+
+impl Val {
+    fn stored_len(&self) -> usize {
+        match self {
+            Val::Inline(v) => v.len(),
+            Val::Overflow { .. } => 8,
+        }
+    }
+}
+
+/// A node being edited by a write transaction. Branches keep `keys[0]` empty.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// Page this node will be written to (allocated when it became dirty).
+    pub page: PageId,
+    /// Leaf or branch.
+    pub leaf: bool,
+    /// Keys (leaf) or separators (branch).
+    pub keys: Vec<Vec<u8>>,
+    /// Leaf values.
+    pub vals: Vec<Val>,
+    /// Branch children.
+    pub kids: Vec<Child>,
+    /// Encoded size of slots and cells (the header excluded).
+    pub size: usize,
+    /// False once merged away: not written at commit.
+    pub live: bool,
+    /// The tree it belongs to.
+    pub role: PageRole,
+}
+
+impl Node {
+    /// An empty leaf (or branch) on `page`.
+    pub fn empty(page: PageId, leaf: bool, role: PageRole) -> Node {
+        Node {
+            page,
+            leaf,
+            keys: Vec::new(),
+            vals: Vec::new(),
+            kids: Vec::new(),
+            size: 0,
+            live: true,
+            role,
+        }
+    }
+
+    /// Bytes leaf entry `key`/`val` takes.
+    pub fn leaf_entry_size(key: &[u8], val: &Val) -> usize {
+        SLOT + LEAF_CELL + key.len() + val.stored_len()
+    }
+
+    /// Bytes branch entry `key` takes.
+    pub fn branch_entry_size(key: &[u8]) -> usize {
+        SLOT + BRANCH_CELL + key.len()
+    }
+
+    /// Bytes entry `i` takes.
+    pub fn entry_size(&self, i: usize) -> usize {
+        if self.leaf {
+            Self::leaf_entry_size(&self.keys[i], &self.vals[i])
+        } else {
+            Self::branch_entry_size(&self.keys[i])
+        }
+    }
+
+    /// Recompute `size` from the entries.
+    pub fn recompute_size(&mut self) {
+        self.size = (0..self.keys.len()).map(|i| self.entry_size(i)).sum();
+    }
+
+    /// Decode a committed page into an editable node that will be written to `new_page`.
+    pub fn decode(page: &NodePage<'_>, new_page: PageId, role: PageRole) -> Result<Node> {
+        let mut n = Node {
+            page: new_page,
+            leaf: page.leaf,
+            keys: Vec::with_capacity(page.count + 1),
+            vals: Vec::new(),
+            kids: Vec::new(),
+            size: 0,
+            live: true,
+            role,
+        };
+        if page.leaf {
+            n.vals.reserve(page.count + 1);
+            for i in 0..page.count {
+                let (k, v) = page.entry(i)?;
+                n.keys.push(k.to_vec());
+                n.vals.push(match v {
+                    ValRef::Inline(b) => Val::Inline(b.to_vec()),
+                    ValRef::Overflow { page, len } => Val::Overflow {
+                        page,
+                        len,
+                        fresh: false,
+                    },
+                });
+            }
+        } else {
+            n.kids.reserve(page.count + 1);
+            for i in 0..page.count {
+                n.keys.push(if i == 0 {
+                    Vec::new()
+                } else {
+                    page.key(i)?.to_vec()
+                });
+                n.kids.push(Child::Page(page.child(i)?));
+            }
+        }
+        n.recompute_size();
+        Ok(n)
+    }
+
+    /// Encode into `buf` (one page, zeroed by the caller); `page_of` gives the page of a dirty
+    /// child.
+    pub fn encode(&self, buf: &mut [u8], txid: TxId, page_of: impl Fn(usize) -> PageId) {
+        let header = PageHeader {
+            page_type: if self.leaf {
+                PageType::Leaf
+            } else {
+                PageType::Branch
+            },
+            role: self.role,
+            count: self.keys.len() as u16,
+            txid,
+        };
+        header.write(buf);
+        let mut end = buf.len();
+        for i in 0..self.keys.len() {
+            let key = &self.keys[i];
+            let cell_len = self.entry_size(i) - SLOT;
+            end -= cell_len;
+            let c = &mut buf[end..end + cell_len];
+            c[0..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+            if self.leaf {
+                let (flags, vlen, body): (u8, u32, &[u8]) = match &self.vals[i] {
+                    Val::Inline(v) => (0, v.len() as u32, v),
+                    Val::Overflow { page, len, .. } => {
+                        c[LEAF_CELL + key.len()..].copy_from_slice(&page.to_le_bytes());
+                        (FLAG_OVERFLOW, *len as u32, &[])
+                    }
+                };
+                c[2] = flags;
+                c[3] = 0;
+                c[4..8].copy_from_slice(&vlen.to_le_bytes());
+                c[LEAF_CELL..LEAF_CELL + key.len()].copy_from_slice(key);
+                if !body.is_empty() {
+                    c[LEAF_CELL + key.len()..].copy_from_slice(body);
+                }
+            } else {
+                let child = match self.kids[i] {
+                    Child::Page(p) => p,
+                    Child::Node(n) => page_of(n),
+                };
+                c[2..10].copy_from_slice(&child.to_le_bytes());
+                c[BRANCH_CELL..].copy_from_slice(key);
+            }
+            let slot = PAGE_HEADER_SIZE + i * SLOT;
+            buf[slot..slot + 2].copy_from_slice(&(end as u16).to_le_bytes());
+        }
+        larch_pager::set_page_checksum(buf);
+    }
+}

@@ -1,0 +1,141 @@
+//! How a database is opened: page size, durability, free-space policy, write mode, advice.
+
+pub use larch_freelist::PolicyKind as Policy;
+pub use larch_pager::{Advice, WriteMode};
+
+/// When a commit becomes durable (survives power loss). Per database, overridable per
+/// transaction with [`crate::WriteTx::set_durability`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Durability {
+    /// Write pages, fdatasync, write the meta, fdatasync. Durable when commit returns.
+    #[default]
+    Sync,
+    /// As `Sync`, but the meta is made durable by the next commit's first sync: atomic, may
+    /// lose this last transaction on power loss.
+    NoMetaSync,
+    /// No sync and no meta write: visible to readers at once, durable at the next `Sync`
+    /// commit, [`crate::Db::sync`] or close. After a crash the file opens at exactly the last
+    /// durable commit.
+    Async,
+}
+
+impl Durability {
+    /// Lowercase name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::NoMetaSync => "nometasync",
+            Durability::Async => "async",
+        }
+    }
+    /// Inverse of [`Durability::name`].
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "sync" => Some(Durability::Sync),
+            "nometasync" => Some(Durability::NoMetaSync),
+            "async" => Some(Durability::Async),
+            _ => None,
+        }
+    }
+}
+
+/// Options for [`crate::Db::open`]. Every setter takes `self` and returns it.
+///
+/// ```
+/// use larch::{Options, Durability, Policy, WriteMode, Advice};
+/// let opts = Options::default()
+///     .page_size(16384)
+///     .durability(Durability::NoMetaSync)
+///     .policy(Policy::FirstFit)
+///     .write_mode(WriteMode::Mmap)
+///     .advice(Advice::Random);
+/// assert_eq!(opts.get_page_size(), 16384);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub(crate) page_size: usize,
+    pub(crate) durability: Durability,
+    pub(crate) policy: Policy,
+    pub(crate) write_mode: WriteMode,
+    pub(crate) advice: Advice,
+    pub(crate) verify_checksums: bool,
+    pub(crate) read_only: bool,
+    pub(crate) create: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            page_size: 4096,
+            durability: Durability::Sync,
+            policy: Policy::FirstFit,
+            write_mode: WriteMode::Pwrite,
+            advice: Advice::Random,
+            verify_checksums: false,
+            read_only: false,
+            create: true,
+        }
+    }
+}
+
+impl Options {
+    /// Page size for a new file: a power of two in 4096..=65536. An existing file keeps the
+    /// page size it was created with.
+    pub fn page_size(mut self, size: usize) -> Self {
+        self.page_size = size;
+        self
+    }
+    /// Default durability of write transactions.
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+    /// Free-space policy: which freed pages are reused, and in what order.
+    pub fn policy(mut self, p: Policy) -> Self {
+        self.policy = p;
+        self
+    }
+    /// How dirty pages reach the file.
+    pub fn write_mode(mut self, m: WriteMode) -> Self {
+        self.write_mode = m;
+        self
+    }
+    /// madvise applied to the read map.
+    pub fn advice(mut self, a: Advice) -> Self {
+        self.advice = a;
+        self
+    }
+    /// Verify each page's crc32 on every read (off by default for speed; `check()` always
+    /// verifies).
+    pub fn verify_checksums(mut self, on: bool) -> Self {
+        self.verify_checksums = on;
+        self
+    }
+    /// Open without write access, under a shared lock: any number of read-only handles, no
+    /// writer. The file is never modified.
+    pub fn read_only(mut self, on: bool) -> Self {
+        self.read_only = on;
+        self
+    }
+    /// Create the file if it is missing (default true).
+    pub fn create(mut self, on: bool) -> Self {
+        self.create = on;
+        self
+    }
+    /// The page size that a new file would get.
+    pub fn get_page_size(&self) -> usize {
+        self.page_size
+    }
+    /// The default durability.
+    pub fn get_durability(&self) -> Durability {
+        self.durability
+    }
+    /// The policy.
+    pub fn get_policy(&self) -> Policy {
+        self.policy
+    }
+    /// The write mode.
+    pub fn get_write_mode(&self) -> WriteMode {
+        self.write_mode
+    }
+}

@@ -1,0 +1,163 @@
+//! Read transactions: a snapshot, zero-copy slices into the map for as long as it lives.
+
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use larch_pager::{PageRole, TreeRoot};
+
+use crate::cursor::Range;
+use crate::db::{Inner, Snapshot};
+use crate::error::{Error, Result};
+use crate::view::View;
+use crate::TxId;
+
+/// A read transaction: sees exactly the state of the newest commit at `begin_read`, however
+/// many commits follow. Holds its pages from reuse until dropped.
+#[derive(Debug)]
+pub struct ReadTx {
+    inner: Arc<Inner>,
+    snap: Arc<Snapshot>,
+}
+
+impl ReadTx {
+    pub(crate) fn new(inner: Arc<Inner>, snap: Arc<Snapshot>) -> ReadTx {
+        ReadTx { inner, snap }
+    }
+
+    /// The commit this snapshot shows.
+    pub fn txid(&self) -> TxId {
+        self.snap.meta.txid
+    }
+
+    pub(crate) fn meta(&self) -> larch_pager::Meta {
+        self.snap.meta
+    }
+
+    pub(crate) fn view(&self) -> View<'_> {
+        View::new(
+            &self.snap.map,
+            &self.snap.meta,
+            self.inner.opts.verify_checksums,
+        )
+    }
+
+    /// Open a tree for reading; an error if it does not exist.
+    pub fn open_tree(&self, name: &str) -> Result<ReadTree<'_>> {
+        let view = self.view();
+        let v = view
+            .get(&self.snap.meta.catalog, PageRole::Catalog, name.as_bytes())?
+            .ok_or_else(|| Error::TreeNotFound(name.to_string()))?;
+        let root = TreeRoot::decode(v).ok_or_else(|| {
+            Error::corrupt(
+                self.snap.meta.catalog.root,
+                format!("catalog entry {name:?} is short"),
+            )
+        })?;
+        Ok(ReadTree { view, root })
+    }
+
+    /// Names of every tree, sorted.
+    pub fn tree_names(&self) -> Result<Vec<String>> {
+        let range = Range::new(
+            self.view(),
+            self.snap.meta.catalog,
+            PageRole::Catalog,
+            Bound::Unbounded,
+            Bound::Unbounded,
+        );
+        range
+            .map(|e| e.map(|(k, _)| String::from_utf8_lossy(k).into_owned()))
+            .collect()
+    }
+}
+
+impl Drop for ReadTx {
+    fn drop(&mut self) {
+        self.inner.end_read(self.snap.meta.txid);
+    }
+}
+
+/// A tree inside a read transaction. Slices it returns live as long as the transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadTree<'r> {
+    view: View<'r>,
+    root: TreeRoot,
+}
+
+fn bound_slice<K: AsRef<[u8]> + ?Sized>(b: Bound<&K>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_ref()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl<'r> ReadTree<'r> {
+    /// The value of `key`: a slice straight out of the map, no copy.
+    #[inline]
+    pub fn get(&self, key: &[u8]) -> Result<Option<&'r [u8]>> {
+        self.view.get(&self.root, PageRole::Data, key)
+    }
+
+    /// Entries with keys in `range`, in order; `.rev()` for descending.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch::Db::open(dir.path().join("r.larch"), larch::Options::default())?;
+    /// # let mut tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"")?; } }
+    /// # tx.commit()?;
+    /// let rx = db.begin_read()?;
+    /// let t = rx.open_tree("t")?;
+    /// let keys: Vec<&[u8]> = t.range(&b"b"[..]..)?.map(|e| e.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    /// assert_eq!(keys, vec![&b"b"[..], &b"c"[..]]);
+    /// let all = (Bound::<&[u8]>::Unbounded, Bound::<&[u8]>::Unbounded);
+    /// assert_eq!(t.range(all)?.rev().count(), 3);
+    /// # Ok::<(), larch::Error>(())
+    /// ```
+    pub fn range<K: AsRef<[u8]> + ?Sized, R: RangeBounds<K>>(&self, range: R) -> Result<Range<'r>> {
+        Ok(Range::new(
+            self.view,
+            self.root,
+            PageRole::Data,
+            bound_slice(range.start_bound()),
+            bound_slice(range.end_bound()),
+        ))
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(&self) -> Result<Range<'r>> {
+        Ok(Range::new(
+            self.view,
+            self.root,
+            PageRole::Data,
+            Bound::Unbounded,
+            Bound::Unbounded,
+        ))
+    }
+
+    /// The smallest entry.
+    pub fn first(&self) -> Result<Option<(&'r [u8], &'r [u8])>> {
+        self.iter()?.next().transpose()
+    }
+
+    /// The largest entry.
+    pub fn last(&self) -> Result<Option<(&'r [u8], &'r [u8])>> {
+        self.iter()?.next_back().transpose()
+    }
+
+    pub(crate) fn root(&self) -> TreeRoot {
+        self.root
+    }
+
+    /// Number of entries (O(1)).
+    pub fn len(&self) -> Result<u64> {
+        Ok(self.root.entries)
+    }
+
+    /// True if the tree has no entries.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.root.entries == 0)
+    }
+}

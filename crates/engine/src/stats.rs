@@ -1,0 +1,195 @@
+//! `Db::stats`: space accounting for the newest commit and the shape of every tree.
+
+use larch_pager::{PageRole, TreeRoot};
+
+use crate::db::Db;
+use crate::error::Result;
+use crate::node::ValRef;
+use crate::view::View;
+use crate::TxId;
+
+/// Shape of one tree (like mdb_stat).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeStats {
+    /// Tree name.
+    pub name: String,
+    /// Levels (0 for an empty tree).
+    pub depth: u32,
+    /// Branch pages.
+    pub branch_pages: u64,
+    /// Leaf pages.
+    pub leaf_pages: u64,
+    /// Pages in overflow runs.
+    pub overflow_pages: u64,
+    /// Entries.
+    pub entries: u64,
+    /// Bytes used by slots and cells in branch and leaf pages (for the fill factor).
+    pub used_bytes: u64,
+}
+
+impl TreeStats {
+    /// Average fill of branch and leaf pages, 0.0..=1.0.
+    pub fn fill(&self, page_size: usize) -> f64 {
+        let pages = self.branch_pages + self.leaf_pages;
+        if pages == 0 {
+            return 0.0;
+        }
+        self.used_bytes as f64 / (pages as f64 * (page_size - larch_pager::PAGE_HEADER_SIZE) as f64)
+    }
+}
+
+/// Space accounting of the newest commit.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// Page size.
+    pub page_size: usize,
+    /// Newest committed txid.
+    pub txid: TxId,
+    /// Newest txid that survives power loss.
+    pub durable_txid: TxId,
+    /// Txid of the other meta slot, if valid.
+    pub other_meta_txid: Option<TxId>,
+    /// Set when open found the other meta slot damaged (a torn or corrupt meta) and used this one.
+    pub meta_fallback: Option<String>,
+    /// File length.
+    pub file_bytes: u64,
+    /// First page never used.
+    pub high_water: u64,
+    /// Pages reachable from the newest meta (metas included).
+    pub live_pages: u64,
+    /// Unreachable pages that may be reused now.
+    pub free_pages: u64,
+    /// Unreachable pages a reader or the durable fallback may still need.
+    pub pending_pages: u64,
+    /// Pages below the high-water mark not reachable from the newest meta (free + pending).
+    pub dead_pages: u64,
+    /// dead_pages / high_water.
+    pub dead_ratio: f64,
+    /// Oldest snapshot a reader holds.
+    pub oldest_reader: Option<TxId>,
+    /// How many commits behind the newest that reader is.
+    pub oldest_reader_age: Option<u64>,
+    /// Open read transactions.
+    pub readers: usize,
+    /// Every tree.
+    pub trees: Vec<TreeStats>,
+}
+
+/// Walk a tree and count its pages.
+pub(crate) fn tree_stats(
+    view: &View<'_>,
+    name: String,
+    root: &TreeRoot,
+    role: PageRole,
+) -> Result<TreeStats> {
+    let limits = crate::node::Limits::new(view.page_size);
+    let mut s = TreeStats {
+        name,
+        depth: root.depth,
+        branch_pages: 0,
+        leaf_pages: 0,
+        overflow_pages: 0,
+        entries: root.entries,
+        used_bytes: 0,
+    };
+    if root.root == 0 {
+        return Ok(s);
+    }
+    let mut stack = vec![(root.root, root.depth)];
+    let mut visited = 0u64;
+    while let Some((id, level)) = stack.pop() {
+        visited += 1;
+        if visited > view.high_water || level == 0 || level > crate::view::MAX_DEPTH {
+            return Err(crate::Error::corrupt(
+                id,
+                "tree walk visits more pages than the file holds (cycle?)",
+            ));
+        }
+        let p = view.node(id, role)?;
+        let used = p.bytes.len() - larch_pager::PAGE_HEADER_SIZE;
+        let mut free = 0usize;
+        // Used bytes: slots plus cells (the page is packed from the end down to the lowest cell).
+        let mut lowest = p.bytes.len();
+        for i in 0..p.count {
+            let off = u16::from_le_bytes([p.bytes[16 + 2 * i], p.bytes[17 + 2 * i]]) as usize;
+            lowest = lowest.min(off);
+        }
+        free += lowest.saturating_sub(16 + 2 * p.count);
+        s.used_bytes += used.saturating_sub(free) as u64;
+        if p.leaf {
+            s.leaf_pages += 1;
+            for i in 0..p.count {
+                if let ValRef::Overflow { len, .. } = p.entry(i)?.1 {
+                    s.overflow_pages += limits.overflow_pages(len);
+                }
+            }
+        } else {
+            s.branch_pages += 1;
+            for i in 0..p.count {
+                stack.push((p.child(i)?, level - 1));
+            }
+        }
+    }
+    Ok(s)
+}
+
+impl Db {
+    /// Space accounting and per-tree shape of the newest commit.
+    pub fn stats(&self) -> Result<Stats> {
+        let rx = self.begin_read()?;
+        let view = rx.view();
+        let meta = rx.meta();
+        let mut trees = Vec::new();
+        for name in rx.tree_names()? {
+            let t = rx.open_tree(&name)?;
+            let root = t.root();
+            trees.push(tree_stats(&view, name, &root, PageRole::Data)?);
+        }
+        let (durable, free_pages, pending_pages) = match self.inner.writer.try_lock() {
+            Some(w) => (w.durable, w.free.free_pages(), w.free.pending_pages()),
+            None => (meta.txid, meta.unreachable_pages, 0),
+        };
+        let (oldest, readers) = {
+            let s = self.inner.shared.lock();
+            // Our own reader is in the table; do not count it.
+            let mut readers = s.readers.clone();
+            if let Some(n) = readers.get_mut(&rx.txid()) {
+                *n -= 1;
+                if *n == 0 {
+                    readers.remove(&rx.txid());
+                }
+            }
+            (readers.keys().next().copied(), readers.values().sum())
+        };
+        let opened = &self.inner.opened;
+        let dead = meta.high_water.saturating_sub(meta.live_pages);
+        Ok(Stats {
+            page_size: meta.page_size as usize,
+            txid: meta.txid,
+            durable_txid: durable,
+            other_meta_txid: opened.other.as_ref().ok().map(|m| m.txid),
+            meta_fallback: opened.other_damaged.then(|| {
+                format!(
+                    "the other meta page is damaged ({}); opened at txid {}",
+                    opened.other.as_ref().err().cloned().unwrap_or_default(),
+                    opened.current.txid
+                )
+            }),
+            file_bytes: self.inner.pager.file_len(),
+            high_water: meta.high_water,
+            live_pages: meta.live_pages,
+            free_pages,
+            pending_pages,
+            dead_pages: dead,
+            dead_ratio: if meta.high_water == 0 {
+                0.0
+            } else {
+                dead as f64 / meta.high_water as f64
+            },
+            oldest_reader: oldest,
+            oldest_reader_age: oldest.map(|o| meta.txid - o),
+            readers,
+            trees,
+        })
+    }
+}

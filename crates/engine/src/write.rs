@@ -1,0 +1,507 @@
+//! Write transactions: one at a time, editing copies of pages, committed by writing the new
+//! pages and then a meta page (docs/format.md, "Commit protocol").
+//!
+//! Commit, top to bottom: store each changed tree's root in the catalog; bring the persisted
+//! free map up to date; encode and write every dirty page; then, by durability, fdatasync /
+//! write the meta / fdatasync; finally publish the new snapshot to readers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
+
+use larch_pager::{Map, Meta, PageRole, TreeRoot};
+
+use crate::db::{Inner, Snapshot, WriterState};
+use crate::error::{Error, Result};
+use crate::node::{Child, Limits, Node};
+use crate::options::Durability;
+use crate::view::View;
+use crate::{PageId, TxId};
+
+/// One tree as a write transaction sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct TreeState {
+    pub name: Option<String>,
+    pub role: PageRole,
+    pub root: Option<Child>,
+    pub entries: u64,
+    pub depth: u32,
+    pub dirty: bool,
+    pub deleted: bool,
+}
+
+impl TreeState {
+    fn from_root(name: Option<String>, role: PageRole, r: TreeRoot) -> TreeState {
+        TreeState {
+            name,
+            role,
+            root: (r.root != 0).then_some(Child::Page(r.root)),
+            entries: r.entries,
+            depth: r.depth,
+            dirty: false,
+            deleted: false,
+        }
+    }
+}
+
+/// Index of the catalog in `WriteTx::trees`.
+pub(crate) const CATALOG: usize = 0;
+/// Index of the free map in `WriteTx::trees`.
+pub(crate) const FREEMAP: usize = 1;
+
+/// What to undo if the transaction does not commit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Undo {
+    /// Pages taken from the policy's reusable set.
+    Alloc(PageId, u64),
+    /// Pages allocated by this transaction and given back to the policy.
+    FreshFreed(PageId, u64),
+    /// Committed pages this transaction stopped reaching (pending under its txid).
+    Freed(PageId, u64),
+}
+
+/// A write transaction. Only one exists at a time; [`crate::Db::begin_write`] waits for the
+/// previous one to end. Dropping it without [`WriteTx::commit`] aborts it.
+pub struct WriteTx<'db> {
+    pub(crate) db: &'db Inner,
+    pub(crate) w: MutexGuard<'db, WriterState>,
+    pub(crate) base: Arc<Snapshot>,
+    /// Latest map: covers overflow runs this transaction wrote past the old end of file.
+    pub(crate) map: Arc<Map>,
+    pub(crate) txid: TxId,
+    pub(crate) hwm: PageId,
+    pub(crate) limits: Limits,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) trees: Vec<TreeState>,
+    pub(crate) names: HashMap<String, usize>,
+    pub(crate) undo: Vec<Undo>,
+    /// Free-map bits to persist: page -> unreachable.
+    pub(crate) bits: BTreeMap<PageId, bool>,
+    durability: Durability,
+    done: bool,
+}
+
+impl std::fmt::Debug for WriteTx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteTx")
+            .field("txid", &self.txid)
+            .field("dirty_nodes", &self.nodes.len())
+            .finish()
+    }
+}
+
+impl<'db> WriteTx<'db> {
+    pub(crate) fn begin(db: &'db Inner) -> Result<WriteTx<'db>> {
+        db.pager.check_writable()?;
+        let mut w = db.writer.lock();
+        db.pager.check_writable()?;
+        let (base, oldest) = db.snapshot_and_oldest_reader();
+        // Pages freed by T may be overwritten once no reader is older than T and T is durable
+        // (docs/format.md, invariant 1).
+        let safe = oldest.unwrap_or(base.meta.txid).min(w.durable);
+        w.free.release(safe);
+        let meta = base.meta;
+        let limits = Limits::new(meta.page_size as usize);
+        let map = db.pager.map();
+        Ok(WriteTx {
+            db,
+            base,
+            map,
+            txid: meta.txid + 1,
+            hwm: meta.high_water,
+            limits,
+            nodes: Vec::new(),
+            trees: vec![
+                TreeState::from_root(None, PageRole::Catalog, meta.catalog),
+                TreeState::from_root(None, PageRole::FreeMap, meta.freemap),
+            ],
+            names: HashMap::new(),
+            undo: Vec::new(),
+            bits: BTreeMap::new(),
+            durability: db.opts.durability,
+            done: false,
+            w,
+        })
+    }
+
+    /// The id this transaction will commit as.
+    pub fn txid(&self) -> TxId {
+        self.txid
+    }
+
+    /// Override the database's durability for this commit.
+    pub fn set_durability(&mut self, d: Durability) {
+        self.durability = d;
+    }
+
+    /// A view of committed pages (as of this transaction's start).
+    pub(crate) fn base_view(&self) -> View<'_> {
+        View::new(
+            &self.base.map,
+            &self.base.meta,
+            self.db.opts.verify_checksums,
+        )
+    }
+
+    /// A view that also covers overflow runs written by this transaction.
+    pub(crate) fn fresh_view(&self) -> View<'_> {
+        let ps = self.limits.page_size as u64;
+        View {
+            map: &self.map,
+            page_size: self.limits.page_size,
+            high_water: (self.db.pager.file_len() / ps).min(self.hwm),
+            verify: false,
+        }
+    }
+
+    // ---- page allocation -------------------------------------------------------------
+
+    /// `n` contiguous pages this transaction may write.
+    pub(crate) fn alloc(&mut self, n: u64) -> PageId {
+        let p = match self.w.free.policy.allocate(n) {
+            Some(p) => {
+                self.undo.push(Undo::Alloc(p, n));
+                p
+            }
+            None => {
+                let p = self.hwm;
+                self.hwm += n;
+                p
+            }
+        };
+        for i in 0..n {
+            self.bits.insert(p + i, false);
+        }
+        p
+    }
+
+    /// Committed pages this transaction no longer reaches: pending until safe.
+    pub(crate) fn free_committed(&mut self, p: PageId, n: u64) {
+        self.w.free.free(self.txid, p, n);
+        self.undo.push(Undo::Freed(p, n));
+        for i in 0..n {
+            self.bits.insert(p + i, true);
+        }
+    }
+
+    /// Pages this transaction allocated and no longer needs: reusable at once.
+    pub(crate) fn free_fresh(&mut self, p: PageId, n: u64) {
+        self.w.free.policy.insert(p, n);
+        self.undo.push(Undo::FreshFreed(p, n));
+        for i in 0..n {
+            self.bits.insert(p + i, true);
+        }
+    }
+
+    /// Put the free-space state back as it was when the transaction began.
+    fn rollback(&mut self) {
+        let base_hwm = self.base.meta.high_water;
+        let txid = self.txid;
+        let free = &mut self.w.free;
+        for u in self.undo.drain(..).rev() {
+            match u {
+                Undo::Alloc(p, n) => {
+                    if p < base_hwm {
+                        free.policy.insert(p, n.min(base_hwm - p));
+                    }
+                }
+                Undo::FreshFreed(p, n) => {
+                    for q in p..p + n {
+                        if free.policy.contains(q) {
+                            free.policy.remove(q, 1);
+                        }
+                    }
+                }
+                Undo::Freed(p, n) => {
+                    free.pending.remove(txid, p, n);
+                }
+            }
+        }
+        free.policy.truncate(base_hwm);
+        self.nodes.clear();
+        self.bits.clear();
+        self.hwm = base_hwm;
+    }
+
+    /// Abort: nothing this transaction did becomes visible. Same as dropping it.
+    pub fn abort(mut self) {
+        self.rollback();
+        self.done = true;
+    }
+
+    // ---- trees ---------------------------------------------------------------------
+
+    fn tree_index(&mut self, name: &str, create: bool) -> Result<Option<usize>> {
+        if let Some(&i) = self.names.get(name) {
+            if self.trees[i].deleted && !create {
+                return Ok(None);
+            }
+            if self.trees[i].deleted {
+                let t = &mut self.trees[i];
+                t.deleted = false;
+                t.dirty = true;
+            }
+            return Ok(Some(i));
+        }
+        check_tree_name(name, &self.limits)?;
+        let found = self.get_in(CATALOG, name.as_bytes())?.map(|v| v.to_vec());
+        let state = match found {
+            Some(v) => {
+                let r = TreeRoot::decode(&v).ok_or_else(|| {
+                    Error::corrupt(
+                        self.base.meta.catalog.root,
+                        format!("catalog entry {name:?} is short"),
+                    )
+                })?;
+                TreeState::from_root(Some(name.to_string()), PageRole::Data, r)
+            }
+            None if create => {
+                let mut t = TreeState::from_root(
+                    Some(name.to_string()),
+                    PageRole::Data,
+                    TreeRoot::default(),
+                );
+                t.dirty = true;
+                t
+            }
+            None => return Ok(None),
+        };
+        self.trees.push(state);
+        let i = self.trees.len() - 1;
+        self.names.insert(name.to_string(), i);
+        Ok(Some(i))
+    }
+
+    /// Open (creating it if missing) the named tree for reading and writing.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = larch::Db::open(dir.path().join("t.larch"), larch::Options::default())?;
+    /// let mut tx = db.begin_write()?;
+    /// {
+    ///     let mut t = tx.open_tree("users")?;
+    ///     t.insert(b"alice", b"1")?;
+    ///     assert_eq!(t.get(b"alice")?, Some(&b"1"[..]));
+    /// }
+    /// tx.commit()?;
+    /// # Ok::<(), larch::Error>(())
+    /// ```
+    pub fn open_tree(&mut self, name: &str) -> Result<WriteTree<'_, 'db>> {
+        let idx = self
+            .tree_index(name, true)?
+            .ok_or_else(|| Error::TreeNotFound(name.to_string()))?;
+        Ok(WriteTree { tx: self, idx })
+    }
+
+    /// Delete a tree and free all its pages. Returns false if it did not exist.
+    pub fn delete_tree(&mut self, name: &str) -> Result<bool> {
+        let Some(idx) = self.tree_index(name, false)? else {
+            return Ok(false);
+        };
+        if let Some(root) = self.trees[idx].root {
+            let depth = self.trees[idx].depth;
+            self.free_subtree(root, depth, PageRole::Data)?;
+        }
+        let t = &mut self.trees[idx];
+        t.root = None;
+        t.entries = 0;
+        t.depth = 0;
+        t.deleted = true;
+        t.dirty = true;
+        Ok(true)
+    }
+
+    /// Names of all trees, as this transaction sees them.
+    pub fn tree_names(&self) -> Result<Vec<String>> {
+        let mut names = std::collections::BTreeSet::new();
+        let view = self.base_view();
+        let cat = self.base.meta.catalog;
+        for e in crate::cursor::Range::new(
+            view,
+            cat,
+            PageRole::Catalog,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Unbounded,
+        ) {
+            let (k, _) = e?;
+            names.insert(String::from_utf8_lossy(k).into_owned());
+        }
+        for t in &self.trees[2..] {
+            if let Some(n) = &t.name {
+                if t.deleted {
+                    names.remove(n);
+                } else {
+                    names.insert(n.clone());
+                }
+            }
+        }
+        Ok(names.into_iter().collect())
+    }
+
+    // ---- commit ----------------------------------------------------------------------
+
+    /// Make the transaction's changes visible and, per its durability, durable.
+    pub fn commit(mut self) -> Result<()> {
+        let r = self.commit_inner();
+        if r.is_err() {
+            self.rollback();
+        }
+        self.done = true;
+        r
+    }
+
+    fn commit_inner(&mut self) -> Result<()> {
+        self.db.pager.check_writable()?;
+        // 1. Store changed tree roots in the catalog.
+        for i in 2..self.trees.len() {
+            if !self.trees[i].dirty {
+                continue;
+            }
+            let name = self.trees[i].name.clone().unwrap_or_default();
+            if self.trees[i].deleted {
+                self.remove(CATALOG, name.as_bytes())?;
+            } else {
+                let root = self.tree_root(i);
+                self.insert(CATALOG, name.as_bytes(), &root.encode())?;
+            }
+        }
+        // 2. Persist the free-space state (touches only the free map tree).
+        self.save_free_map()?;
+        let meta = Meta {
+            page_size: self.limits.page_size as u32,
+            txid: self.txid,
+            catalog: self.tree_root(CATALOG),
+            freemap: self.tree_root(FREEMAP),
+            high_water: self.hwm,
+            live_pages: self.hwm - (self.w.free.free_pages() + self.w.free.pending_pages()),
+            unreachable_pages: self.w.free.free_pages() + self.w.free.pending_pages(),
+        };
+        // 3. Write every dirty page.
+        self.write_dirty_pages()?;
+        // 4. Durability.
+        let durability = self.durability;
+        let prev = self.w.committed;
+        crate::durability::commit_meta(self.db, &mut self.w, prev, meta, durability)?;
+        // 5. Publish.
+        self.undo.clear();
+        self.db.publish(meta);
+        Ok(())
+    }
+
+    pub(crate) fn tree_root(&self, i: usize) -> TreeRoot {
+        let t = &self.trees[i];
+        let root = match t.root {
+            None => 0,
+            Some(Child::Page(p)) => p,
+            Some(Child::Node(n)) => self.nodes[n].page,
+        };
+        TreeRoot {
+            root,
+            entries: t.entries,
+            depth: t.depth,
+        }
+    }
+
+    fn write_dirty_pages(&mut self) -> Result<()> {
+        let ps = self.limits.page_size;
+        self.db.pager.ensure_pages(self.hwm)?;
+        let mut order: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].live)
+            .collect();
+        order.sort_unstable_by_key(|&i| self.nodes[i].page);
+        let mut buf = vec![0u8; order.len() * ps];
+        for (slot, &i) in order.iter().enumerate() {
+            let node = &self.nodes[i];
+            let nodes = &self.nodes;
+            node.encode(&mut buf[slot * ps..(slot + 1) * ps], self.txid, |n| {
+                nodes[n].page
+            });
+        }
+        // Write contiguous runs of pages with one vectored call each.
+        let mut start = 0;
+        while start < order.len() {
+            let mut end = start + 1;
+            while end < order.len()
+                && self.nodes[order[end]].page == self.nodes[order[end - 1]].page + 1
+            {
+                end += 1;
+            }
+            self.db
+                .pager
+                .write_pages(self.nodes[order[start]].page, &[&buf[start * ps..end * ps]])?;
+            start = end;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.rollback();
+        }
+    }
+}
+
+fn check_tree_name(name: &str, limits: &Limits) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidTreeName(
+            "tree names must not be empty".into(),
+        ));
+    }
+    if name.len() > limits.max_key {
+        return Err(Error::InvalidTreeName(format!(
+            "tree name of {} bytes is longer than {}",
+            name.len(),
+            limits.max_key
+        )));
+    }
+    Ok(())
+}
+
+/// One tree inside a write transaction: reads see the transaction's own writes.
+pub struct WriteTree<'t, 'db> {
+    tx: &'t mut WriteTx<'db>,
+    idx: usize,
+}
+
+impl std::fmt::Debug for WriteTree<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteTree")
+            .field("name", &self.tx.trees[self.idx].name)
+            .finish()
+    }
+}
+
+impl WriteTree<'_, '_> {
+    /// Insert or overwrite `key` with `value`.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.tx.trees[self.idx].dirty = true;
+        self.tx.insert(self.idx, key, value).map(|_| ())
+    }
+
+    /// Remove `key`; true if it was there.
+    pub fn remove(&mut self, key: &[u8]) -> Result<bool> {
+        let removed = self.tx.remove(self.idx, key)?;
+        if removed {
+            self.tx.trees[self.idx].dirty = true;
+        }
+        Ok(removed)
+    }
+
+    /// The value of `key`, including this transaction's writes.
+    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        self.tx.get_in(self.idx, key)
+    }
+
+    /// Number of entries (O(1)).
+    pub fn len(&self) -> Result<u64> {
+        Ok(self.tx.trees[self.idx].entries)
+    }
+
+    /// True if the tree has no entries.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.tx.trees[self.idx].entries == 0)
+    }
+}

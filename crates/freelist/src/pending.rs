@@ -1,0 +1,137 @@
+//! Pages freed by committed transactions that are not yet safe to reuse.
+
+use std::collections::BTreeMap;
+
+use crate::{PageId, TxId};
+
+/// Pages freed by committed transactions that some reader or the crash-fallback meta may still reach.
+///
+/// Runs are kept exactly as added (not coalesced) so an aborted transaction can undo each of
+/// its frees with [`Pending::remove`].
+#[derive(Debug, Default, Clone)]
+pub struct Pending {
+    by_tx: BTreeMap<TxId, Vec<(PageId, u64)>>,
+    pages: u64,
+}
+
+impl Pending {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Pages start..start+n stopped being reachable in transaction `txid`.
+    pub fn add(&mut self, txid: TxId, start: PageId, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.by_tx.entry(txid).or_default().push((start, n));
+        self.pages += n;
+    }
+
+    /// Undo an `add` of exactly this run for this txid (abort); returns false if not found.
+    pub fn remove(&mut self, txid: TxId, start: PageId, n: u64) -> bool {
+        let Some(runs) = self.by_tx.get_mut(&txid) else {
+            return false;
+        };
+        // Aborts undo the most recent adds, so search from the back.
+        let Some(i) = runs.iter().rposition(|&r| r == (start, n)) else {
+            return false;
+        };
+        runs.remove(i);
+        if runs.is_empty() {
+            self.by_tx.remove(&txid);
+        }
+        self.pages -= n;
+        true
+    }
+
+    /// Remove and return every run freed by a transaction <= `safe`, in txid order.
+    pub fn release(&mut self, safe: TxId) -> Vec<(PageId, u64)> {
+        let still_pending = match safe.checked_add(1) {
+            Some(first_unsafe) => self.by_tx.split_off(&first_unsafe),
+            None => BTreeMap::new(),
+        };
+        let released = std::mem::replace(&mut self.by_tx, still_pending);
+        let runs: Vec<(PageId, u64)> = released.into_values().flatten().collect();
+        self.pages -= runs.iter().map(|&(_, n)| n).sum::<u64>();
+        runs
+    }
+
+    /// Number of pages pending.
+    pub fn len(&self) -> u64 {
+        self.pages
+    }
+
+    /// Is nothing pending?
+    pub fn is_empty(&self) -> bool {
+        self.pages == 0
+    }
+
+    /// Smallest txid with pending pages.
+    pub fn oldest(&self) -> Option<TxId> {
+        self.by_tx.keys().next().copied()
+    }
+
+    /// Is this page pending? A linear scan: only consistency checks ask.
+    pub fn contains(&self, page: PageId) -> bool {
+        self.iter()
+            .any(|(_, start, n)| page >= start && page - start < n)
+    }
+
+    /// Every pending run as `(txid, start, len)`, in txid order.
+    pub fn iter(&self) -> impl Iterator<Item = (TxId, PageId, u64)> + '_ {
+        self.by_tx
+            .iter()
+            .flat_map(|(&tx, runs)| runs.iter().map(move |&(start, n)| (tx, start, n)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_returns_runs_up_to_safe_in_txid_order() {
+        let mut p = Pending::new();
+        p.add(7, 70, 1);
+        p.add(5, 50, 2);
+        p.add(6, 60, 3);
+        p.add(5, 55, 1);
+        assert_eq!(p.len(), 7);
+        assert_eq!(p.oldest(), Some(5));
+        assert_eq!(p.release(4), vec![]);
+        assert_eq!(p.release(6), vec![(50, 2), (55, 1), (60, 3)]);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.oldest(), Some(7));
+        assert_eq!(p.release(u64::MAX), vec![(70, 1)]);
+        assert!(p.is_empty());
+        assert_eq!(p.oldest(), None);
+    }
+
+    #[test]
+    fn remove_undoes_exactly_one_add() {
+        let mut p = Pending::new();
+        p.add(3, 10, 2);
+        p.add(3, 20, 1);
+        assert!(!p.remove(3, 10, 1), "length must match");
+        assert!(!p.remove(4, 10, 2), "txid must match");
+        assert!(p.remove(3, 10, 2));
+        assert!(!p.remove(3, 10, 2), "already undone");
+        assert_eq!(p.len(), 1);
+        assert!(p.remove(3, 20, 1));
+        assert!(p.is_empty());
+        assert_eq!(p.oldest(), None);
+    }
+
+    #[test]
+    fn contains_and_iter_see_every_run() {
+        let mut p = Pending::new();
+        p.add(2, 10, 3);
+        p.add(1, 20, 1);
+        p.add(1, 30, 0);
+        assert!(p.contains(10) && p.contains(12) && p.contains(20));
+        assert!(!p.contains(13) && !p.contains(9) && !p.contains(30));
+        assert_eq!(p.iter().collect::<Vec<_>>(), vec![(1, 20, 1), (2, 10, 3)]);
+    }
+}

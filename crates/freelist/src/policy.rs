@@ -1,0 +1,40 @@
+//! The interface every free-space policy implements.
+
+use crate::{PageId, PolicyKind};
+
+/// The set of pages that may be overwritten now, and how runs of them are handed out.
+pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
+    /// Which policy this is.
+    fn kind(&self) -> PolicyKind;
+
+    /// A run of `n` (>=1) contiguous reusable pages, removed from the set, lowest id returned.
+    /// None means "append at the end of the file" (the caller extends the file).
+    fn allocate(&mut self, n: u64) -> Option<PageId>;
+
+    /// Make pages start..start+n reusable (they must not already be in the set; debug_assert it).
+    fn insert(&mut self, start: PageId, n: u64);
+
+    /// Remove exactly pages start..start+n from the set (used to undo an insert); returns false
+    /// and changes nothing if any of them is not in the set.
+    fn remove(&mut self, start: PageId, n: u64) -> bool;
+
+    /// Is this page in the set?
+    fn contains(&self, page: PageId) -> bool;
+
+    /// Number of pages in the set.
+    fn len(&self) -> u64;
+
+    /// Is the set empty?
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drop every page >= `end` from the set (the file was truncated to `end` pages).
+    fn truncate(&mut self, end: PageId);
+
+    /// Length of the run of set pages that ends exactly at `end` (pages end-k..end all in the set).
+    fn tail_run(&self, end: PageId) -> u64;
+
+    /// The set as sorted, coalesced extents (start, len).
+    fn extents(&self) -> Vec<(PageId, u64)>;
+}

@@ -1,0 +1,45 @@
+//! The bottom layer of larch: one file, its memory map, page I/O, the two meta pages,
+//! checksums, madvise/msync and the file lock.
+//!
+//! This crate knows nothing of B+trees. It hands out byte slices of pages from a read-only
+//! shared mapping, writes pages through a narrow [`Storage`] trait (so tests can record and
+//! cut every write), and reads and writes the two meta pages. The on-disk format is drawn in
+//! `docs/format.md`.
+//!
+//! All of larch's `unsafe` lives here, in [`map`]; every block says why the slice it makes
+//! cannot outlive its mapping or alias a write.
+
+#![warn(missing_docs)]
+
+mod error;
+mod lock;
+pub mod map;
+mod meta;
+mod page;
+mod pager;
+mod storage;
+
+pub use error::{PagerError, Result};
+pub use map::{Advice, Map};
+pub use meta::{Meta, MetaSlot, TreeRoot, FORMAT_VERSION, MAGIC, META_SIZE};
+pub use page::{
+    page_checksum, raw_page_type, run_checksum, set_page_checksum, set_run_checksum,
+    stored_checksum, PageHeader, PageRole, PageType, PAGE_HEADER_SIZE,
+};
+pub use pager::{OpenedMetas, Pager, PagerOptions};
+pub use storage::{FileStorage, Storage, WriteMode};
+
+/// A page number: byte offset / page size. Pages 0 and 1 are the meta pages.
+pub type PageId = u64;
+/// A transaction id; commit T writes meta slot T % 2.
+pub type TxId = u64;
+
+/// Smallest page size a file may have.
+pub const MIN_PAGE_SIZE: usize = 4096;
+/// Largest page size a file may have.
+pub const MAX_PAGE_SIZE: usize = 65536;
+
+/// Is `size` a page size a file may be created with?
+pub fn valid_page_size(size: usize) -> bool {
+    size.is_power_of_two() && (MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&size)
+}

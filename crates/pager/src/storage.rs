@@ -1,0 +1,252 @@
+//! The narrow I/O interface every write, sync and resize goes through.
+//!
+//! Reads come from the map; everything that changes the file goes through [`Storage`], so a
+//! test can record each operation and build the image a power cut would leave
+//! (tests/crash.rs). [`FileStorage`] is the real thing, writing with pwritev or through a
+//! writable shared map.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+
+use parking_lot::Mutex;
+
+use crate::map::{Advice, Map};
+
+/// How dirty pages reach the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum WriteMode {
+    /// pwrite/pwritev from private buffers, fdatasync to make them durable (as LMDB does).
+    #[default]
+    Pwrite,
+    /// memcpy into a writable shared map, msync of exactly the dirty ranges to make them
+    /// durable. The map is advised MADV_RANDOM so a 4 KiB store does not dirty a large folio.
+    Mmap,
+}
+
+impl WriteMode {
+    /// Lowercase name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteMode::Pwrite => "pwrite",
+            WriteMode::Mmap => "mmap",
+        }
+    }
+}
+
+/// Everything that changes the file. Implementations must be usable from any thread; the
+/// engine calls the mutating methods from one writer at a time.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// The file's length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Grow (allocating the blocks, so a later write cannot fail for space) or shrink the file.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Write `bufs` back to back starting at `offset`: all of it, or an error.
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()>;
+    /// Make every write completed so far durable (fdatasync or msync).
+    fn sync(&self) -> io::Result<()>;
+    /// The file, for mapping it read-only.
+    fn file(&self) -> &File;
+}
+
+/// The real storage: a file written with pwritev or through a writable map.
+#[derive(Debug)]
+pub struct FileStorage {
+    file: File,
+    mode: WriteMode,
+    /// Writable map and the ranges written through it since the last sync (Mmap mode only).
+    mapped: Mutex<MappedWrites>,
+}
+
+#[derive(Debug, Default)]
+struct MappedWrites {
+    map: Option<Map>,
+    dirty: Vec<(u64, u64)>,
+    resized: bool,
+}
+
+impl FileStorage {
+    /// Wrap an open file.
+    pub fn new(file: File, mode: WriteMode) -> FileStorage {
+        FileStorage {
+            file,
+            mode,
+            mapped: Mutex::new(MappedWrites::default()),
+        }
+    }
+
+    /// The write mode.
+    pub fn mode(&self) -> WriteMode {
+        self.mode
+    }
+
+    fn pwritev_all(&self, mut offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        if bufs.len() == 1 {
+            return self.file.write_all_at(bufs[0], offset);
+        }
+        // Skip over fully written buffers and a partially written head after short writes.
+        let mut idx = 0;
+        let mut skip = 0usize;
+        while idx < bufs.len() {
+            let iov: Vec<libc::iovec> = bufs[idx..]
+                .iter()
+                .take(1024)
+                .enumerate()
+                .map(|(i, b)| {
+                    let b = if i == 0 { &b[skip..] } else { &b[..] };
+                    libc::iovec {
+                        iov_base: b.as_ptr() as *mut _,
+                        iov_len: b.len(),
+                    }
+                })
+                .collect();
+            // SAFETY: every iovec points into a live `&[u8]` borrowed for this call; pwritev
+            // only reads them. Not an access to the map.
+            let n = unsafe {
+                libc::pwritev(
+                    self.file.as_raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as libc::c_int,
+                    offset as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "pwritev wrote nothing",
+                ));
+            }
+            let mut n = n as usize;
+            offset += n as u64;
+            while n > 0 && idx < bufs.len() {
+                let left = bufs[idx].len() - skip;
+                if n >= left {
+                    n -= left;
+                    idx += 1;
+                    skip = 0;
+                } else {
+                    skip += n;
+                    n = 0;
+                }
+            }
+            while idx < bufs.len() && bufs[idx].len() == skip {
+                idx += 1;
+                skip = 0;
+            }
+        }
+        Ok(())
+    }
+
+    fn map_write(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        let end = offset + total;
+        let mut m = self.mapped.lock();
+        let need = m.map.as_ref().map_or(true, |map| (map.len() as u64) < end);
+        if need {
+            // Reserve well ahead so growth rarely remaps; the old writable map has no
+            // outstanding slices (only copy_in uses it), so replacing it is safe.
+            let reserve = end
+                .max(self.file.metadata()?.len())
+                .next_power_of_two()
+                .max(1 << 30);
+            m.map = Some(Map::new(
+                &self.file,
+                reserve as usize,
+                true,
+                Advice::Random,
+            )?);
+        }
+        if let Some(map) = m.map.as_ref() {
+            map.copy_in(offset, bufs)?;
+        }
+        m.dirty.push((offset, total));
+        Ok(())
+    }
+}
+
+impl Storage for FileStorage {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let cur = self.len()?;
+        if len > cur {
+            // SAFETY: posix_fallocate on a valid descriptor; no memory involved.
+            let rc = unsafe {
+                libc::posix_fallocate(
+                    self.file.as_raw_fd(),
+                    cur as libc::off_t,
+                    (len - cur) as libc::off_t,
+                )
+            };
+            match rc {
+                0 => {}
+                libc::EOPNOTSUPP | libc::EINVAL => self.file.set_len(len)?,
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+        } else if len < cur {
+            self.file.set_len(len)?;
+        }
+        self.mapped.lock().resized = true;
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        match self.mode {
+            WriteMode::Pwrite => self.pwritev_all(offset, bufs),
+            WriteMode::Mmap => {
+                let len = self.len()?;
+                let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+                if offset + total > len {
+                    // A store past EOF through a map raises SIGBUS; the engine grows the file
+                    // first, so this is a bug guard, not a path.
+                    return Err(io::Error::other("mapped write past the end of the file"));
+                }
+                self.map_write(offset, bufs)
+            }
+        }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let mut m = self.mapped.lock();
+        if self.mode == WriteMode::Mmap {
+            let mut dirty = std::mem::take(&mut m.dirty);
+            dirty.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(dirty.len());
+            for (off, len) in dirty {
+                match merged.last_mut() {
+                    Some((o, l)) if off <= *o + *l + 4096 => *l = (*l).max(off + len - *o),
+                    _ => merged.push((off, len)),
+                }
+            }
+            if let Some(map) = m.map.as_ref() {
+                for (off, len) in &merged {
+                    if let Err(e) = map.sync_range(*off, *len) {
+                        // Keep the ranges so a caller that ignores poisoning still has them.
+                        m.dirty.extend(merged.iter().copied());
+                        return Err(e);
+                    }
+                }
+            }
+            if !m.resized {
+                return Ok(());
+            }
+        }
+        self.file.sync_data()?;
+        m.resized = false;
+        Ok(())
+    }
+
+    fn file(&self) -> &File {
+        &self.file
+    }
+}
