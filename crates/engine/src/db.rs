@@ -7,7 +7,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use larch_freelist::FreeSpace;
-use larch_pager::{Map, Meta, OpenedMetas, Pager, PagerOptions};
+use larch_pager::{Map, Meta, OpenedMetas, Pager, PagerOptions, Storage};
 
 use crate::error::{Error, Result};
 use crate::options::Options;
@@ -90,6 +90,29 @@ impl Db {
             create: opts.create,
         };
         let (pager, opened) = Pager::open(path, popts)?;
+        Self::from_pager(pager, opened, opts)
+    }
+
+    /// Open an existing database whose writes, syncs and resizes go through `storage`
+    /// (reads still come from a map of `storage.file()`). Tests use this to record every
+    /// operation and simulate power cuts; `Options::write_mode` is the storage's business.
+    pub fn open_with_storage(
+        path: impl AsRef<Path>,
+        storage: Box<dyn Storage>,
+        opts: Options,
+    ) -> Result<Db> {
+        let popts = PagerOptions {
+            page_size: opts.page_size,
+            write_mode: opts.write_mode,
+            advice: opts.advice,
+            read_only: opts.read_only,
+            create: false,
+        };
+        let (pager, opened) = Pager::open_storage(path.as_ref(), storage, popts)?;
+        Self::from_pager(pager, opened, opts)
+    }
+
+    fn from_pager(pager: Pager, opened: OpenedMetas, opts: Options) -> Result<Db> {
         let meta = opened.current;
         let map = pager.map();
         let mut free = FreeSpace::new(opts.policy);

@@ -2,8 +2,9 @@
 //! pending), kept as a B+tree of 256-byte chunks keyed by chunk number (big-endian u64).
 //!
 //! A commit rewrites only the chunks whose bits it changed (and their tree path), so its cost
-//! is proportional to the pages it touched, not to the free pages in the file. An all-zero
-//! chunk is deleted: a missing chunk means "every page in it is in use".
+//! is proportional to the pages it touched, not to the free pages in the file. A missing chunk
+//! means "every page in it is in use"; a chunk once written is kept even when it returns to all
+//! zeros, so the free map only grows and the fixpoint below settles.
 
 use larch_freelist::FreeSpace;
 use larch_pager::{Meta, PageRole};
@@ -121,11 +122,9 @@ impl WriteTx<'_> {
                     }
                 }
                 if changed {
-                    if chunk.iter().all(|&b| b == 0) {
-                        self.remove(FREEMAP, &key)?;
-                    } else {
-                        self.insert(FREEMAP, &key, &chunk)?;
-                    }
+                    // An all-zero chunk is overwritten, not deleted: deleting can merge
+                    // free-map pages, which frees a page, which sets a bit again.
+                    self.insert(FREEMAP, &key, &chunk)?;
                 }
             }
         }

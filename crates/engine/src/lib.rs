@@ -72,6 +72,7 @@ pub use check::{CheckReport, Problem};
 pub use cursor::Range;
 pub use db::Db;
 pub use error::{Error, Result};
+pub use larch_pager::{FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode};
 pub use read::{ReadTree, ReadTx};
 pub use stats::{Stats, TreeStats};

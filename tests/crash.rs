@@ -1,0 +1,548 @@
+//! Power-cut simulation: every write, sync and resize the engine makes is recorded through a
+//! `Storage`; for a cut after operation k we build an image a real disk could hold (everything
+//! up to the last completed sync, plus any subset of later 4 KiB blocks, some torn), open it with
+//! the real engine, and require a valid database holding exactly one committed state, no older
+//! than the last commit acknowledged as durable.
+//!
+//! Scripted workloads run exhaustively (every k, three images each); random workloads run over
+//! many seeds. `LARCH_CRASH_CASES` raises the number of random workloads (default 160, 40 cuts each).
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use larch::{Db, Durability, Options, Policy, Storage};
+
+type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+#[derive(Clone, Debug)]
+enum IoOp {
+    Write { off: u64, data: Vec<u8> },
+    Sync,
+    SetLen(u64),
+}
+
+/// A storage that applies every operation to a real file (so the engine's map sees it) and
+/// records it.
+#[derive(Debug)]
+struct Recording {
+    file: File,
+    ops: Arc<Mutex<Vec<IoOp>>>,
+}
+
+impl Storage for Recording {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)?;
+        self.ops.lock().unwrap().push(IoOp::SetLen(len));
+        Ok(())
+    }
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let data = bufs.concat();
+        self.file.write_all_at(&data, offset)?;
+        self.ops
+            .lock()
+            .unwrap()
+            .push(IoOp::Write { off: offset, data });
+        Ok(())
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.ops.lock().unwrap().push(IoOp::Sync);
+        Ok(())
+    }
+    fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Put(&'static str, Vec<u8>, Vec<u8>),
+    Del(&'static str, Vec<u8>),
+    DropTree(&'static str),
+    Commit(Durability),
+    Abort,
+    Sync,
+}
+
+/// Everything a run recorded.
+struct Trace {
+    initial: Vec<u8>,
+    ops: Vec<IoOp>,
+    /// Committed states by txid (txid 0: the empty database).
+    states: BTreeMap<u64, Model>,
+    /// (number of ops done when the call returned, txid, durability asked for).
+    acks: Vec<(usize, u64, Durability)>,
+    opts: Options,
+}
+
+fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::tempdir_in(shm) {
+            return d;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
+
+fn run(steps: &[Step], opts: Options) -> Trace {
+    let dir = scratch_dir();
+    let path = dir.path().join("db.larch");
+    drop(Db::open(&path, opts).unwrap());
+    let initial = std::fs::read(&path).unwrap();
+    let ops = Arc::new(Mutex::new(Vec::new()));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let db = Db::open_with_storage(
+        &path,
+        Box::new(Recording {
+            file,
+            ops: ops.clone(),
+        }),
+        opts,
+    )
+    .unwrap();
+    let mut states = BTreeMap::new();
+    states.insert(0u64, Model::new());
+    let mut committed = Model::new();
+    let mut working = committed.clone();
+    let mut acks = Vec::new();
+    let mut tx = None;
+    let mut last_txid = 0;
+    for step in steps {
+        match step {
+            Step::Put(t, k, v) => {
+                let w = tx.get_or_insert_with(|| db.begin_write().unwrap());
+                w.open_tree(t).unwrap().insert(k, v).unwrap();
+                working
+                    .entry(t.to_string())
+                    .or_default()
+                    .insert(k.clone(), v.clone());
+            }
+            Step::Del(t, k) => {
+                let w = tx.get_or_insert_with(|| db.begin_write().unwrap());
+                w.open_tree(t).unwrap().remove(k).unwrap();
+                working.entry(t.to_string()).or_default().remove(k);
+            }
+            Step::DropTree(t) => {
+                let w = tx.get_or_insert_with(|| db.begin_write().unwrap());
+                w.delete_tree(t).unwrap();
+                working.remove(*t);
+            }
+            Step::Commit(d) => {
+                let mut w = tx.take().unwrap_or_else(|| db.begin_write().unwrap());
+                let txid = w.txid();
+                w.set_durability(*d);
+                states.insert(txid, working.clone());
+                w.commit().unwrap();
+                acks.push((ops.lock().unwrap().len(), txid, *d));
+                committed = working.clone();
+                last_txid = txid;
+            }
+            Step::Abort => {
+                drop(tx.take());
+                working = committed.clone();
+            }
+            Step::Sync => {
+                assert!(tx.is_none(), "script syncs with a transaction open");
+                db.sync().unwrap();
+                acks.push((ops.lock().unwrap().len(), last_txid, Durability::Sync));
+            }
+        }
+    }
+    drop(tx);
+    // Leave the close-time sync out of the trace: cuts before it are the interesting ones.
+    let ops = ops.lock().unwrap().clone();
+    std::mem::forget(db);
+    Trace {
+        initial,
+        ops,
+        states,
+        acks,
+        opts,
+    }
+}
+
+/// The oldest state a cut after `k` ops may show.
+fn min_durable(trace: &Trace, k: usize) -> u64 {
+    let mut min = 0;
+    for &(done, txid, d) in &trace.acks {
+        if done > k {
+            break;
+        }
+        match d {
+            Durability::Sync => min = min.max(txid),
+            Durability::NoMetaSync => {
+                // Durable once any later sync completed.
+                if trace.ops[done..k].iter().any(|o| matches!(o, IoOp::Sync)) {
+                    min = min.max(txid);
+                }
+            }
+            Durability::Async => {}
+        }
+    }
+    min
+}
+
+/// A tiny deterministic RNG (xorshift), so failures reproduce from the printed seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Image {
+    /// Nothing after the last sync reached the disk.
+    DurableOnly,
+    /// Every write reached the disk.
+    Everything,
+    /// Each 4 KiB block of each later write: lost, written, torn (a prefix), or one sector.
+    Random(u64),
+}
+
+fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
+    let end = off as usize + data.len();
+    if img.len() < end {
+        img.resize(end, 0);
+    }
+    img[off as usize..end].copy_from_slice(data);
+}
+
+fn build_image(trace: &Trace, k: usize, how: Image) -> Vec<u8> {
+    let last_sync = trace.ops[..k].iter().rposition(|o| matches!(o, IoOp::Sync));
+    let durable_end = last_sync.map_or(0, |i| i + 1);
+    let mut img = trace.initial.clone();
+    for op in &trace.ops[..durable_end] {
+        match op {
+            IoOp::Write { off, data } => apply(&mut img, *off, data),
+            IoOp::SetLen(len) => img.resize(*len as usize, 0),
+            IoOp::Sync => {}
+        }
+    }
+    let mut rng = match how {
+        Image::Random(seed) => Some(Rng(seed | 1)),
+        _ => None,
+    };
+    for op in &trace.ops[durable_end..k] {
+        match (op, how) {
+            (_, Image::DurableOnly) => {}
+            (IoOp::Write { off, data }, Image::Everything) => apply(&mut img, *off, data),
+            (IoOp::SetLen(len), Image::Everything) => img.resize(*len as usize, 0),
+            (IoOp::Write { off, data }, Image::Random(_)) => {
+                let rng = rng.as_mut().unwrap();
+                for (i, block) in data.chunks(4096).enumerate() {
+                    let at = off + (i * 4096) as u64;
+                    match rng.below(5) {
+                        0 | 1 => {}
+                        2 | 3 => apply(&mut img, at, block),
+                        _ => {
+                            // Torn: a prefix, or just the first 512-byte sector.
+                            let n = if rng.below(2) == 0 {
+                                512.min(block.len())
+                            } else {
+                                1 + rng.below(block.len() as u64) as usize
+                            };
+                            apply(&mut img, at, &block[..n]);
+                        }
+                    }
+                }
+            }
+            (IoOp::SetLen(len), Image::Random(_)) => {
+                if rng.as_mut().unwrap().below(2) == 0 {
+                    img.resize(*len as usize, 0);
+                }
+            }
+            (IoOp::Sync, _) => {}
+        }
+    }
+    img
+}
+
+fn contents(db: &Db) -> Model {
+    let rx = db.begin_read().unwrap();
+    let mut m = Model::new();
+    for name in rx.tree_names().unwrap() {
+        let t = rx.open_tree(&name).unwrap();
+        let entries: BTreeMap<Vec<u8>, Vec<u8>> = t
+            .iter()
+            .unwrap()
+            .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            t.len().unwrap(),
+            entries.len() as u64,
+            "len() disagrees with a scan"
+        );
+        m.insert(name, entries);
+    }
+    m
+}
+
+/// Trees that exist but are empty compare equal to trees that do not exist.
+fn normalize(m: &Model) -> Model {
+    m.iter()
+        .filter(|(_, t)| !t.is_empty())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
+    let img = build_image(trace, k, how);
+    let path: PathBuf = dir.join("cut.larch");
+    std::fs::write(&path, &img).unwrap();
+    let ctx = || {
+        format!(
+            "{label}: cut after {k} of {} ops, image {how:?}",
+            trace.ops.len()
+        )
+    };
+    let db = Db::open(&path, trace.opts).unwrap_or_else(|e| panic!("{}: open failed: {e}", ctx()));
+    if let Err(e) = db.check() {
+        panic!("{}: check failed: {e}", ctx());
+    }
+    let txid = db.begin_read().unwrap().txid();
+    let min = min_durable(trace, k);
+    assert!(
+        txid >= min,
+        "{}: opened at txid {txid}, but txid {min} was acknowledged durable",
+        ctx()
+    );
+    let want = trace
+        .states
+        .get(&txid)
+        .unwrap_or_else(|| panic!("{}: opened at txid {txid}, never committed", ctx()));
+    let got = contents(&db);
+    assert!(
+        normalize(&got) == normalize(want),
+        "{}: contents at txid {txid} differ from what that commit held",
+        ctx()
+    );
+    // The recovered database must also take new commits.
+    let mut tx = db.begin_write().unwrap();
+    tx.open_tree("after-crash")
+        .unwrap()
+        .insert(b"k", b"v")
+        .unwrap();
+    tx.commit().unwrap();
+    db.check()
+        .unwrap_or_else(|e| panic!("{}: check after a new commit failed: {e}", ctx()));
+    drop(db);
+    std::fs::remove_file(&path).unwrap();
+}
+
+fn exhaustive(label: &str, steps: &[Step], opts: Options) -> usize {
+    let trace = run(steps, opts);
+    let dir = scratch_dir();
+    let mut cuts = 0;
+    for k in 0..=trace.ops.len() {
+        for how in [
+            Image::DurableOnly,
+            Image::Everything,
+            Image::Random(k as u64 * 7919 + 1),
+        ] {
+            verify_cut(&trace, k, how, dir.path(), label);
+            cuts += 1;
+        }
+    }
+    cuts
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key-{i:06}").into_bytes()
+}
+
+fn val(i: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+/// First commit of a new file, splits, file growth past the first preallocation, overflow
+/// values, merges, tree creation and deletion, reuse of freed pages.
+fn script_structure(d: Durability) -> Vec<Step> {
+    let mut s = vec![
+        Step::Put("a", b"first".to_vec(), b"commit".to_vec()),
+        Step::Commit(d),
+    ];
+    for batch in 0..6u64 {
+        for i in 0..120 {
+            let n = batch * 120 + i;
+            s.push(Step::Put("a", key(n), val(n, 300)));
+        }
+        s.push(Step::Commit(d));
+    }
+    s.push(Step::Put("big", b"overflow".to_vec(), val(7, 50_000)));
+    s.push(Step::Put("big", b"small".to_vec(), val(8, 10)));
+    s.push(Step::Commit(d));
+    for n in (0..720).step_by(2) {
+        s.push(Step::Del("a", key(n)));
+    }
+    s.push(Step::Commit(d));
+    s.push(Step::Put("big", b"overflow".to_vec(), val(9, 20_000)));
+    s.push(Step::DropTree("a"));
+    s.push(Step::Commit(d));
+    s.push(Step::Put("c", b"x".to_vec(), b"y".to_vec()));
+    s.push(Step::Abort);
+    for n in 0..200 {
+        s.push(Step::Put("c", key(n), val(n, 100)));
+    }
+    s.push(Step::Commit(d));
+    s
+}
+
+#[test]
+fn every_cut_of_sync_commits_opens_at_a_whole_committed_state() {
+    let n = exhaustive(
+        "sync/first-fit",
+        &script_structure(Durability::Sync),
+        Options::default(),
+    );
+    eprintln!("sync/first-fit: {n} cuts");
+    assert!(n > 100);
+}
+
+#[test]
+fn every_cut_of_sync_commits_under_null_policy_opens_at_a_whole_committed_state() {
+    exhaustive(
+        "sync/null",
+        &script_structure(Durability::Sync),
+        Options::default().policy(Policy::Null),
+    );
+}
+
+#[test]
+fn every_cut_of_nometasync_commits_keeps_all_but_possibly_the_last() {
+    exhaustive(
+        "nometasync",
+        &script_structure(Durability::NoMetaSync),
+        Options::default(),
+    );
+}
+
+#[test]
+fn every_cut_of_mixed_durabilities_and_db_sync_opens_at_or_after_the_last_durable_commit() {
+    let mut s = Vec::new();
+    let ds = [
+        Durability::Async,
+        Durability::Async,
+        Durability::Sync,
+        Durability::NoMetaSync,
+        Durability::Async,
+    ];
+    for round in 0..30u64 {
+        for i in 0..25 {
+            let n = (round * 37 + i * 11) % 400;
+            if (round + i) % 4 == 0 {
+                s.push(Step::Del("m", key(n)));
+            } else {
+                s.push(Step::Put(
+                    "m",
+                    key(n),
+                    val(n + round, 150 + (n as usize % 200)),
+                ));
+            }
+        }
+        s.push(Step::Commit(ds[round as usize % ds.len()]));
+        if round % 7 == 6 {
+            s.push(Step::Sync);
+        }
+    }
+    exhaustive("mixed", &s, Options::default().page_size(4096));
+}
+
+#[test]
+fn every_cut_with_16k_pages_and_reuse_opens_at_a_whole_committed_state() {
+    // Steady overwrites with Sync commits: freed pages are reused once durable.
+    let mut s = Vec::new();
+    for round in 0..25u64 {
+        for i in 0..40 {
+            s.push(Step::Put("r", key(i), val(round * 100 + i, 500)));
+        }
+        s.push(Step::Commit(Durability::Sync));
+    }
+    exhaustive("reuse/16k", &s, Options::default().page_size(16384));
+}
+
+fn random_steps(seed: u64) -> Vec<Step> {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let trees = ["a", "b", "c"];
+    let mut s = Vec::new();
+    let n = 20 + rng.below(40);
+    for _ in 0..n {
+        let ops = 1 + rng.below(60);
+        for _ in 0..ops {
+            let t = trees[rng.below(3) as usize];
+            let k = key(rng.below(500));
+            match rng.below(10) {
+                0..=5 => {
+                    let len = match rng.below(20) {
+                        0 => 5_000 + rng.below(30_000) as usize,
+                        _ => rng.below(400) as usize,
+                    };
+                    s.push(Step::Put(t, k, val(rng.next(), len)));
+                }
+                6..=8 => s.push(Step::Del(t, k)),
+                _ => {
+                    if rng.below(10) == 0 {
+                        s.push(Step::DropTree(t));
+                    }
+                }
+            }
+        }
+        match rng.below(12) {
+            0 => s.push(Step::Abort),
+            1 => {
+                s.push(Step::Commit(Durability::Async));
+                s.push(Step::Sync);
+            }
+            2..=4 => s.push(Step::Commit(Durability::Async)),
+            5..=6 => s.push(Step::Commit(Durability::NoMetaSync)),
+            _ => s.push(Step::Commit(Durability::Sync)),
+        }
+    }
+    s
+}
+
+#[test]
+fn random_workloads_survive_random_cuts() {
+    let cases: u64 = std::env::var("LARCH_CRASH_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(160);
+    let dir = scratch_dir();
+    for seed in 0..cases {
+        let opts = match seed % 4 {
+            0 => Options::default(),
+            1 => Options::default().policy(Policy::Null),
+            2 => Options::default().page_size(8192),
+            _ => Options::default().page_size(16384),
+        };
+        let trace = run(&random_steps(seed), opts);
+        let mut rng = Rng(seed + 12345);
+        for c in 0..40 {
+            let k = rng.below(trace.ops.len() as u64 + 1) as usize;
+            let how = match c % 3 {
+                0 => Image::DurableOnly,
+                1 => Image::Everything,
+                _ => Image::Random(rng.next()),
+            };
+            verify_cut(&trace, k, how, dir.path(), &format!("random seed {seed}"));
+        }
+    }
+}
