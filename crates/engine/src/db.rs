@@ -147,6 +147,10 @@ impl Db {
     /// Begin a read transaction: a snapshot of the newest commit. Any number, on any thread;
     /// readers never block the writer or each other.
     pub fn begin_read(&self) -> Result<ReadTx> {
+        if self.inner.pager.is_poisoned() {
+            // After a failed sync the file's contents are unknown: refuse to read from it.
+            self.inner.pager.check_writable()?;
+        }
         let snap = {
             let mut s = self.inner.shared.lock();
             let snap = s.current.clone();

@@ -269,9 +269,15 @@ impl WriteTx<'_> {
         buf[16..24].copy_from_slice(&len.to_le_bytes());
         buf[OVERFLOW_HEADER..OVERFLOW_HEADER + value.len()].copy_from_slice(value);
         larch_pager::set_run_checksum(&mut buf);
-        self.db.pager.ensure_pages(page + n)?;
-        self.map = self.db.pager.map();
-        self.db.pager.write_pages(page, &[&buf])?;
+        let written = self.db.pager.ensure_pages(page + n).and_then(|()| {
+            self.map = self.db.pager.map();
+            self.db.pager.write_pages(page, &[&buf])
+        });
+        if let Err(e) = written {
+            // The run never became reachable: give it back so the free map stays exact.
+            self.free_fresh(page, n);
+            return Err(e.into());
+        }
         Ok(Val::Overflow {
             page,
             len,

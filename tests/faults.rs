@@ -1,0 +1,443 @@
+//! Fault injection: EIO on write, EIO on fdatasync, ENOSPC on write and on growing the file,
+//! short writes. The failing commit returns an error, nothing committed before it is lost, a
+//! failed sync poisons the handle, and the file reopens at a whole committed state.
+//!
+//! Each case sweeps the fault over every operation of the failing commit (the k-th write, the
+//! k-th sync, the k-th resize) until the commit no longer reaches k.
+//! A real disk-full test (RLIMIT_FSIZE in a child process) closes the file.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use larch::{Db, Durability, Options, Storage, WriteMode};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Write,
+    Sync,
+    SetLen,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Fault {
+    kind: Kind,
+    /// Fail the k-th operation of `kind` after arming (0-based).
+    at: usize,
+    errno: i32,
+    /// For writes: write the first half before failing.
+    short: bool,
+    /// Keep failing from the k-th on (a full disk stays full).
+    sticky: bool,
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    fault: Option<Fault>,
+    seen: [usize; 3],
+    fired: bool,
+}
+
+#[derive(Debug)]
+struct Faulty {
+    file: File,
+    plan: Arc<Mutex<Plan>>,
+}
+
+impl Faulty {
+    fn hit(&self, kind: Kind) -> Option<Fault> {
+        let mut p = self.plan.lock().unwrap();
+        let i = kind as usize;
+        let n = p.seen[i];
+        p.seen[i] += 1;
+        match p.fault {
+            Some(f)
+                if f.kind == kind
+                    && (f.at == n || f.sticky && n > f.at)
+                    && (f.sticky || !p.fired) =>
+            {
+                p.fired = true;
+                Some(f)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Storage for Faulty {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        if let Some(f) = self.hit(Kind::SetLen) {
+            return Err(io::Error::from_raw_os_error(f.errno));
+        }
+        self.file.set_len(len)
+    }
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let data = bufs.concat();
+        if let Some(f) = self.hit(Kind::Write) {
+            if f.short {
+                self.file.write_all_at(&data[..data.len() / 2], offset)?;
+            }
+            return Err(io::Error::from_raw_os_error(f.errno));
+        }
+        self.file.write_all_at(&data, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        if let Some(f) = self.hit(Kind::Sync) {
+            return Err(io::Error::from_raw_os_error(f.errno));
+        }
+        Ok(())
+    }
+    fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn contents(db: &Db) -> Model {
+    let rx = db.begin_read().unwrap();
+    match rx.open_tree("t") {
+        Ok(t) => t
+            .iter()
+            .unwrap()
+            .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+            .collect::<Result<_, _>>()
+            .unwrap(),
+        Err(larch::Error::TreeNotFound(_)) => Model::new(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// One commit's worth of changes: enough to split pages, grow the file and write an overflow run.
+fn batch(round: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut v: Vec<(Vec<u8>, Vec<u8>)> = (0..150u64)
+        .map(|i| {
+            let k = format!("k{:05}", (i * 7 + round * 13) % 900).into_bytes();
+            (k, vec![(round + i) as u8; 200 + (i as usize % 300)])
+        })
+        .collect();
+    v.push((
+        format!("big{round}").into_bytes(),
+        vec![round as u8; 20_000],
+    ));
+    v
+}
+
+fn apply(db: &Db, changes: &[(Vec<u8>, Vec<u8>)], d: Durability) -> larch::Result<()> {
+    let mut tx = db.begin_write()?;
+    {
+        let mut t = tx.open_tree("t")?;
+        for (k, v) in changes {
+            t.insert(k, v)?;
+        }
+    }
+    tx.set_durability(d);
+    tx.commit()
+}
+
+/// Commit a few rounds, then make round 3 fail at the armed fault; check what the engine says
+/// and what the file holds after reopening. Returns false once the fault no longer fires
+/// (the sweep is past the last operation of that kind in the commit).
+fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode) -> bool {
+    let path = dir.join(format!(
+        "f-{:?}-{}-{}-{}.larch",
+        fault.kind, fault.at, fault.errno, fault.short
+    ));
+    let _ = std::fs::remove_file(&path);
+    let opts = Options::default().write_mode(mode);
+    drop(Db::open(&path, opts).unwrap());
+    let plan = Arc::new(Mutex::new(Plan::default()));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let db = Db::open_with_storage(
+        &path,
+        Box::new(Faulty {
+            file,
+            plan: plan.clone(),
+        }),
+        opts,
+    )
+    .unwrap();
+    let mut model = Model::new();
+    for round in 0..3 {
+        let b = batch(round);
+        apply(&db, &b, Durability::Sync).unwrap();
+        model.extend(b);
+    }
+    let before = model.clone();
+    {
+        let mut p = plan.lock().unwrap();
+        p.seen = [0; 3];
+        p.fault = Some(fault);
+    }
+    let b = batch(3);
+    let result = apply(&db, &b, d);
+    let fired = plan.lock().unwrap().fired;
+    let mut after = before.clone();
+    after.extend(b.clone());
+    if !fired {
+        result.unwrap();
+        return false;
+    }
+    let err = result.expect_err("a commit whose I/O failed must report it");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(path.to_str().unwrap()),
+        "error names the file: {msg}"
+    );
+    plan.lock().unwrap().fault = None;
+    if fault.kind == Kind::Sync {
+        // Poisoned: every later call fails with a clear error until reopen.
+        let again =
+            apply(&db, &batch(4), Durability::Sync).expect_err("poisoned handle accepted a commit");
+        assert!(
+            again.to_string().contains("reopen"),
+            "poison error says to reopen: {again}"
+        );
+        assert!(db.sync().is_err());
+        assert!(db.begin_read().is_err(), "poisoned handle still reads");
+    } else {
+        // A failed write or resize leaves the handle usable, at the previous commit.
+        assert_eq!(contents(&db), before, "failed commit changed visible state");
+        db.check()
+            .unwrap_or_else(|e| panic!("{fault:?}: check after failed commit: {e}"));
+        let b4 = batch(4);
+        apply(&db, &b4, Durability::Sync).unwrap();
+        let mut m = before.clone();
+        m.extend(b4);
+        assert_eq!(contents(&db), m);
+        db.check().unwrap();
+        drop(db);
+        let db = Db::open(&path, opts).unwrap();
+        db.check().unwrap();
+        assert_eq!(contents(&db), m, "{fault:?}: reopened state differs");
+        return true;
+    }
+    drop(db);
+    let db = Db::open(&path, opts).unwrap_or_else(|e| panic!("{fault:?}: reopen failed: {e}"));
+    db.check()
+        .unwrap_or_else(|e| panic!("{fault:?}: check after reopen: {e}"));
+    let got = contents(&db);
+    // The failed commit either never reached a durable meta (state before) or, when only the
+    // final sync failed, its meta and all its pages had been written (state after): whole.
+    assert!(
+        got == before || got == after,
+        "{fault:?}: reopened at a mix of states"
+    );
+    true
+}
+
+fn sweep(kind: Kind, errno: i32, short: bool, d: Durability, mode: WriteMode) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cases = 0;
+    let sticky = errno == libc::ENOSPC;
+    for at in 0.. {
+        if !one_case(
+            dir.path(),
+            Fault {
+                kind,
+                at,
+                errno,
+                short,
+                sticky,
+            },
+            d,
+            mode,
+        ) {
+            break;
+        }
+        cases += 1;
+    }
+    cases
+}
+
+#[test]
+fn eio_on_any_write_fails_the_commit_and_keeps_the_previous_state() {
+    for d in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
+        let n = sweep(Kind::Write, libc::EIO, false, d, WriteMode::Pwrite);
+        eprintln!("{d:?}: {n} write faults");
+        assert!(
+            n >= 2,
+            "{d:?}: the commit should make several writes, saw {n}"
+        );
+    }
+}
+
+#[test]
+fn short_write_then_enospc_fails_the_commit_and_keeps_the_previous_state() {
+    let n = sweep(
+        Kind::Write,
+        libc::ENOSPC,
+        true,
+        Durability::Sync,
+        WriteMode::Pwrite,
+    );
+    assert!(n >= 2);
+}
+
+#[test]
+fn enospc_growing_the_file_fails_the_commit_and_keeps_the_previous_state() {
+    for mode in [WriteMode::Pwrite, WriteMode::Mmap] {
+        let n = sweep(Kind::SetLen, libc::ENOSPC, false, Durability::Sync, mode);
+        assert!(n >= 1, "{mode:?}: growing the file never failed");
+    }
+}
+
+#[test]
+fn eio_on_fdatasync_poisons_the_handle_and_reopen_finds_a_whole_state() {
+    for d in [Durability::Sync, Durability::NoMetaSync] {
+        let n = sweep(Kind::Sync, libc::EIO, false, d, WriteMode::Pwrite);
+        assert!(n >= 1, "{d:?}: no sync to fail");
+    }
+}
+
+#[test]
+fn eio_on_db_sync_after_async_commits_poisons_the_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.larch");
+    drop(Db::open(&path, Options::default()).unwrap());
+    let plan = Arc::new(Mutex::new(Plan::default()));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let db = Db::open_with_storage(
+        &path,
+        Box::new(Faulty {
+            file,
+            plan: plan.clone(),
+        }),
+        Options::default(),
+    )
+    .unwrap();
+    apply(&db, &batch(0), Durability::Sync).unwrap();
+    apply(&db, &batch(1), Durability::Async).unwrap();
+    plan.lock().unwrap().seen = [0; 3];
+    plan.lock().unwrap().fault = Some(Fault {
+        kind: Kind::Sync,
+        at: 0,
+        errno: libc::EIO,
+        short: false,
+        sticky: false,
+    });
+    let e = db.sync().expect_err("failed fdatasync must be reported");
+    assert!(e.to_string().contains("fdatasync"), "{e}");
+    assert!(db.begin_write().is_err());
+    drop(db);
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    let mut m = Model::new();
+    m.extend(batch(0));
+    assert_eq!(
+        contents(&db),
+        m,
+        "an Async commit whose sync failed must not survive as durable"
+    );
+}
+
+/// Real disk full: a child process with RLIMIT_FSIZE (SIGXFSZ ignored) commits until the
+/// file cannot grow; the parent reopens and checks everything the child acknowledged.
+#[test]
+fn real_file_size_limit_fails_commits_cleanly_and_keeps_acknowledged_data() {
+    if let Ok(path) = std::env::var("LARCH_FSIZE_CHILD") {
+        return fsize_child(Path::new(&path));
+    }
+    for mode in ["pwrite", "mmap"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("full.larch");
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "real_file_size_limit_fails_commits_cleanly_and_keeps_acknowledged_data",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("LARCH_FSIZE_CHILD", &path)
+            .env("LARCH_FSIZE_MODE", mode)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "child failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let acked: u64 = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("acked "))
+            .last()
+            .and_then(|n| n.trim().parse().ok())
+            .expect("child acked nothing");
+        assert!(
+            stdout.contains("full: "),
+            "the child never hit the limit: {stdout}"
+        );
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check().unwrap();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_tree("t").unwrap();
+        for i in 0..acked {
+            assert_eq!(
+                t.get(&i.to_be_bytes()).unwrap(),
+                Some(&[i as u8; 3000][..]),
+                "{mode}: acked key {i} lost"
+            );
+        }
+    }
+}
+
+fn fsize_child(path: &Path) {
+    let mode = match std::env::var("LARCH_FSIZE_MODE").as_deref() {
+        Ok("mmap") => WriteMode::Mmap,
+        _ => WriteMode::Pwrite,
+    };
+    // SAFETY (test-only FFI): ignore SIGXFSZ so exceeding the limit is an EFBIG error, and cap
+    // the file size of this child process at 2 MiB.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let lim = libc::rlimit {
+            rlim_cur: 2 << 20,
+            rlim_max: 2 << 20,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+    }
+    let db = Db::open(path, Options::default().write_mode(mode)).unwrap();
+    let mut n = 0u64;
+    loop {
+        let r = (|| {
+            let mut tx = db.begin_write()?;
+            {
+                let mut t = tx.open_tree("t")?;
+                for i in n..n + 20 {
+                    t.insert(&i.to_be_bytes(), &[i as u8; 3000])?;
+                }
+            }
+            tx.commit()
+        })();
+        match r {
+            Ok(()) => {
+                n += 20;
+                println!("acked {n}");
+            }
+            Err(e) => {
+                assert!(e.is_disk_full(), "expected a disk-full error, got: {e}");
+                println!("full: {e}");
+                break;
+            }
+        }
+        assert!(n < 100_000, "the size limit never bit");
+    }
+    // Still usable for reads, and a smaller commit may still fit in preallocated space or not:
+    // either way no corruption.
+    db.check().unwrap();
+}
