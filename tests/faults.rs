@@ -374,8 +374,8 @@ fn real_file_size_limit_fails_commits_cleanly_and_keeps_acknowledged_data() {
         );
         let acked: u64 = stdout
             .lines()
-            .filter_map(|l| l.strip_prefix("acked "))
-            .last()
+            .rev()
+            .find_map(|l| l.strip_prefix("acked "))
             .and_then(|n| n.trim().parse().ok())
             .expect("child acked nothing");
         assert!(

@@ -56,7 +56,7 @@ pub(crate) struct Inner {
 /// An open database file. `Send + Sync`: share it between threads by reference or `Arc`.
 ///
 /// ```
-/// use larch::{Db, Options};
+/// use larch_engine::{Db, Options};
 /// # let dir = tempfile::tempdir().unwrap();
 /// let db = Db::open(dir.path().join("example.larch"), Options::default())?;
 /// let mut tx = db.begin_write()?;
@@ -64,7 +64,7 @@ pub(crate) struct Inner {
 /// tx.commit()?;
 /// let rx = db.begin_read()?;
 /// assert_eq!(rx.open_tree("users")?.get(b"alice")?, Some(&b"1"[..]));
-/// # Ok::<(), larch::Error>(())
+/// # Ok::<(), larch_engine::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Db {
@@ -201,6 +201,18 @@ impl Inner {
         let map = self.pager.map();
         let mut s = self.shared.lock();
         s.current = Arc::new(Snapshot { meta, map });
+    }
+
+    /// Truncate a file that is much longer than the durable high-water mark `hwm` (pages past
+    /// it are free: no reader and no fallback meta reaches them). Keeps one growth step of
+    /// slack so a growing file does not shrink and regrow. A failure only leaves the file long.
+    pub(crate) fn trim_file(&self, hwm: crate::PageId) {
+        let ps = self.pager.page_size() as u64;
+        let want = hwm * ps;
+        let step = (want / 8).clamp(256 << 10, 256 << 20);
+        if self.pager.file_len() > want + 2 * step {
+            let _ = self.pager.truncate((want + step).div_ceil(ps));
+        }
     }
 
     pub(crate) fn end_read(&self, txid: TxId) {

@@ -51,6 +51,7 @@ pub(crate) fn commit_meta(
             if d == Durability::Sync {
                 db.pager.sync()?;
                 w.durable = meta.txid;
+                db.trim_file(meta.high_water);
             } else {
                 w.meta_unsynced = Some(meta.txid);
             }
@@ -72,6 +73,7 @@ pub(crate) fn sync_all(db: &Inner, w: &mut WriterState) -> Result<()> {
         write_meta_keeping_fallback(db, w, prev, meta)?;
         db.pager.sync()?;
         w.durable = meta.txid;
+        db.trim_file(meta.high_water);
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `larch::Error`: one enum for everything the engine reports, with the page, txid or path
+//! `larch_engine::Error`: one enum for everything the engine reports, with the page, txid or path
 //! that failed.
 
 use std::fmt;

@@ -5,7 +5,7 @@
 //! argument).
 //!
 //! ```
-//! use larch::{Db, Durability, Options, Policy, WriteMode, Advice};
+//! use larch_engine::{Db, Durability, Options, Policy, WriteMode, Advice};
 //! use std::ops::Bound;
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("example.larch");
@@ -48,13 +48,14 @@
 //! db.check()?;
 //! let stats = db.stats()?;
 //! assert_eq!(stats.trees[0].entries, 1);
-//! # Ok::<(), larch::Error>(())
+//! # Ok::<(), larch_engine::Error>(())
 //! ```
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod check;
+mod compact;
 mod cursor;
 mod db;
 mod durability;
@@ -64,11 +65,13 @@ mod mutate;
 mod node;
 mod options;
 mod read;
+mod relocate;
 mod stats;
 mod view;
 mod write;
 
 pub use check::{CheckReport, Problem};
+pub use compact::CompactReport;
 pub use cursor::Range;
 pub use db::Db;
 pub use error::{Error, Result};

@@ -13,6 +13,10 @@ use crate::node::{Child, Node, Val, ValRef, OVERFLOW_HEADER};
 use crate::view::{View, MAX_DEPTH};
 use crate::write::WriteTx;
 
+/// What an insert below a node did: whether the key existed, and the separator and new right
+/// node if the node split.
+type Inserted = (bool, Option<(Vec<u8>, usize)>);
+
 /// Keys of a branch node: the child holding `key` (the last separator <= key).
 fn child_index(keys: &[Vec<u8>], key: &[u8]) -> usize {
     // keys[0] is empty and ignored; count separators 1.. that are <= key.
@@ -20,7 +24,7 @@ fn child_index(keys: &[Vec<u8>], key: &[u8]) -> usize {
 }
 
 /// The shortest key `s` with `left < s <= right` (suffix truncation of leaf separators).
-fn separator(left: &[u8], right: &[u8]) -> Vec<u8> {
+pub(crate) fn separator(left: &[u8], right: &[u8]) -> Vec<u8> {
     let common = left.iter().zip(right).take_while(|(a, b)| a == b).count();
     right[..(common + 1).min(right.len())].to_vec()
 }
@@ -150,12 +154,7 @@ impl WriteTx<'_> {
         Ok(existed)
     }
 
-    fn insert_at(
-        &mut self,
-        id: usize,
-        key: &[u8],
-        val: Val,
-    ) -> Result<(bool, Option<(Vec<u8>, usize)>)> {
+    fn insert_at(&mut self, id: usize, key: &[u8], val: Val) -> Result<Inserted> {
         let existed;
         if self.nodes[id].leaf {
             let n = self.node_mut(id);
@@ -253,7 +252,7 @@ impl WriteTx<'_> {
 
     /// Write a large value to a new overflow run now (it is unreachable until commit, so
     /// writing early is safe and keeps it out of memory).
-    fn write_overflow(&mut self, value: &[u8]) -> Result<Val> {
+    pub(crate) fn write_overflow(&mut self, value: &[u8]) -> Result<Val> {
         let len = value.len() as u64;
         let n = self.limits.overflow_pages(len);
         let page = self.alloc(n);

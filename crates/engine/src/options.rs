@@ -42,7 +42,7 @@ impl Durability {
 /// Options for [`crate::Db::open`]. Every setter takes `self` and returns it.
 ///
 /// ```
-/// use larch::{Options, Durability, Policy, WriteMode, Advice};
+/// use larch_engine::{Options, Durability, Policy, WriteMode, Advice};
 /// let opts = Options::default()
 ///     .page_size(16384)
 ///     .durability(Durability::NoMetaSync)

@@ -84,10 +84,10 @@ pub struct ReadTree<'r> {
     root: TreeRoot,
 }
 
-fn bound_slice<K: AsRef<[u8]> + ?Sized>(b: Bound<&K>) -> Bound<&[u8]> {
+fn bound_slice<'k>(b: Bound<&&'k [u8]>) -> Bound<&'k [u8]> {
     match b {
-        Bound::Included(k) => Bound::Included(k.as_ref()),
-        Bound::Excluded(k) => Bound::Excluded(k.as_ref()),
+        Bound::Included(k) => Bound::Included(*k),
+        Bound::Excluded(k) => Bound::Excluded(*k),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
@@ -104,7 +104,7 @@ impl<'r> ReadTree<'r> {
     /// ```
     /// # use std::ops::Bound;
     /// # let dir = tempfile::tempdir().unwrap();
-    /// # let db = larch::Db::open(dir.path().join("r.larch"), larch::Options::default())?;
+    /// # let db = larch_engine::Db::open(dir.path().join("r.larch"), larch_engine::Options::default())?;
     /// # let mut tx = db.begin_write()?;
     /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"")?; } }
     /// # tx.commit()?;
@@ -114,9 +114,9 @@ impl<'r> ReadTree<'r> {
     /// assert_eq!(keys, vec![&b"b"[..], &b"c"[..]]);
     /// let all = (Bound::<&[u8]>::Unbounded, Bound::<&[u8]>::Unbounded);
     /// assert_eq!(t.range(all)?.rev().count(), 3);
-    /// # Ok::<(), larch::Error>(())
+    /// # Ok::<(), larch_engine::Error>(())
     /// ```
-    pub fn range<K: AsRef<[u8]> + ?Sized, R: RangeBounds<K>>(&self, range: R) -> Result<Range<'r>> {
+    pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> Result<Range<'r>> {
         Ok(Range::new(
             self.view,
             self.root,

@@ -79,6 +79,9 @@ pub struct WriteTx<'db> {
     /// Free-map bits to persist: page -> unreachable.
     pub(crate) bits: BTreeMap<PageId, bool>,
     durability: Durability,
+    /// In-place compaction: allocate the lowest free pages whatever the policy prefers, and
+    /// give back any free tail of the file however short.
+    pub(crate) compacting: bool,
     done: bool,
 }
 
@@ -120,6 +123,7 @@ impl<'db> WriteTx<'db> {
             undo: Vec::new(),
             bits: BTreeMap::new(),
             durability: db.opts.durability,
+            compacting: false,
             done: false,
             w,
         })
@@ -159,7 +163,12 @@ impl<'db> WriteTx<'db> {
 
     /// `n` contiguous pages this transaction may write.
     pub(crate) fn alloc(&mut self, n: u64) -> PageId {
-        let p = match self.w.free.policy.allocate(n) {
+        let got = if self.compacting {
+            self.w.free.policy.allocate_lowest(n)
+        } else {
+            self.w.free.policy.allocate(n)
+        };
+        let p = match got {
             Some(p) => {
                 self.undo.push(Undo::Alloc(p, n));
                 p
@@ -277,7 +286,7 @@ impl<'db> WriteTx<'db> {
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
-    /// let db = larch::Db::open(dir.path().join("t.larch"), larch::Options::default())?;
+    /// let db = larch_engine::Db::open(dir.path().join("t.larch"), larch_engine::Options::default())?;
     /// let mut tx = db.begin_write()?;
     /// {
     ///     let mut t = tx.open_tree("users")?;
@@ -285,7 +294,7 @@ impl<'db> WriteTx<'db> {
     ///     assert_eq!(t.get(b"alice")?, Some(&b"1"[..]));
     /// }
     /// tx.commit()?;
-    /// # Ok::<(), larch::Error>(())
+    /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn open_tree(&mut self, name: &str) -> Result<WriteTree<'_, 'db>> {
         let idx = self
@@ -366,7 +375,9 @@ impl<'db> WriteTx<'db> {
                 self.insert(CATALOG, name.as_bytes(), &root.encode())?;
             }
         }
-        // 2. Persist the free-space state (touches only the free map tree).
+        // 2. Give back a free tail of the file, then persist the free-space state (touches
+        //    only the free map tree).
+        self.shrink_free_tail();
         self.save_free_map()?;
         let meta = Meta {
             page_size: self.limits.page_size as u32,
@@ -387,6 +398,32 @@ impl<'db> WriteTx<'db> {
         self.undo.clear();
         self.db.publish(meta);
         Ok(())
+    }
+
+    /// Lower the high-water mark over a run of reusable pages at the end of the file. Only
+    /// runs worth it (1/32 of the file, at least 16 pages) unless compacting, so a file that
+    /// breathes does not shrink and regrow on every commit. The file itself is truncated once
+    /// a meta with the lower mark is durable (`Inner::trim_file`).
+    fn shrink_free_tail(&mut self) {
+        let tail = self.w.free.policy.tail_run(self.hwm);
+        let worth = if self.compacting {
+            1
+        } else {
+            (self.hwm / 32).max(16)
+        };
+        if tail < worth || tail == 0 {
+            return;
+        }
+        let new_hwm = self.hwm - tail;
+        if !self.w.free.policy.remove(new_hwm, tail) {
+            return;
+        }
+        // Like an allocation: undo puts the pages back.
+        self.undo.push(Undo::Alloc(new_hwm, tail));
+        for p in new_hwm..self.hwm {
+            self.bits.insert(p, false);
+        }
+        self.hwm = new_hwm;
     }
 
     pub(crate) fn tree_root(&self, i: usize) -> TreeRoot {
@@ -475,6 +512,10 @@ impl std::fmt::Debug for WriteTree<'_, '_> {
 }
 
 impl WriteTree<'_, '_> {
+    pub(crate) fn index(&self) -> usize {
+        self.idx
+    }
+
     /// Insert or overwrite `key` with `value`.
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.tx.trees[self.idx].dirty = true;

@@ -1,6 +1,6 @@
 //! A set of page ids stored as sorted, coalesced extents.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::PageId;
 
@@ -10,18 +10,48 @@ use crate::PageId;
 /// Extents never touch or overlap: that keeps "is there a run of n pages" a question about a
 /// single extent, and makes [`ExtentSet::extents`] directly the persisted form.
 ///
+/// A set made with [`ExtentSet::with_length_index`] also keeps every extent indexed by
+/// `(len, start)`, so [`ExtentSet::best_fit`] and [`ExtentSet::largest`] are O(log extents)
+/// instead of a scan. Both indexes change only through two private helpers, so coalescing,
+/// splitting and truncation keep them consistent by construction. Policies that never ask by
+/// length leave the index off and pay nothing for it.
+///
 /// A run whose end would pass `u64::MAX` is clamped there: such page ids can never exist in a
 /// file, and clamping keeps every stored `start + len` free of overflow.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub struct ExtentSet {
     by_start: BTreeMap<PageId, u64>,
+    /// `(len, start)` of every extent in `by_start`, when the length index is on.
+    by_len: Option<BTreeSet<(u64, PageId)>>,
     pages: u64,
 }
+
+/// Two sets are equal when they hold the same pages, whether or not either keeps a length index.
+impl PartialEq for ExtentSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.by_start == other.by_start
+    }
+}
+
+impl Eq for ExtentSet {}
 
 impl ExtentSet {
     /// An empty set.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty set that also indexes its extents by length (see [`ExtentSet::best_fit`]).
+    pub fn with_length_index() -> Self {
+        Self {
+            by_len: Some(BTreeSet::new()),
+            ..Self::default()
+        }
+    }
+
+    /// Does this set keep the by-length index?
+    pub fn has_length_index(&self) -> bool {
+        self.by_len.is_some()
     }
 
     /// Number of pages in the set.
@@ -44,6 +74,11 @@ impl ExtentSet {
         self.extent_containing(page).is_some()
     }
 
+    /// Length of the extent that starts exactly at `start`, if one does.
+    pub fn extent_at(&self, start: PageId) -> Option<u64> {
+        self.by_start.get(&start).copied()
+    }
+
     /// Add pages start..start+n. Pages already present are a caller bug (debug-asserted); in
     /// release builds they are merged rather than double-counted so the set stays consistent.
     pub fn insert(&mut self, start: PageId, n: u64) {
@@ -63,16 +98,16 @@ impl ExtentSet {
                 lo = s;
                 hi = hi.max(s + l);
                 absorbed += l;
-                self.by_start.remove(&s);
+                self.unlink(s, l);
             }
         }
         // `..=hi` so that an extent starting exactly at the new end is merged too.
         while let Some((&s, &l)) = self.by_start.range(lo..=hi).next() {
             hi = hi.max(s + l);
             absorbed += l;
-            self.by_start.remove(&s);
+            self.unlink(s, l);
         }
-        self.by_start.insert(lo, hi - lo);
+        self.link(lo, hi - lo);
         self.pages += (hi - lo) - absorbed;
     }
 
@@ -91,46 +126,104 @@ impl ExtentSet {
         if s + l < end {
             return false;
         }
-        self.by_start.remove(&s);
+        self.unlink(s, l);
         if start > s {
-            self.by_start.insert(s, start - s);
+            self.link(s, start - s);
         }
         if s + l > end {
-            self.by_start.insert(end, s + l - end);
+            self.link(end, s + l - end);
         }
         self.pages -= n;
         true
     }
 
-    /// Take `n` pages from the start of the lowest extent holding at least `n`.
+    /// The lowest extent `(start, len)` holding at least `n` pages.
     ///
     /// The scan is linear in the number of extents that are too short, so single-page
     /// requests (the common case) cost one lookup.
+    pub fn first_fit(&self, n: u64) -> Option<(PageId, u64)> {
+        self.iter().find(|&(_, l)| l >= n.max(1))
+    }
+
+    /// The shortest extent `(start, len)` holding at least `n` pages; among equally short ones,
+    /// the lowest. O(log extents) with the length index, a full scan without it.
+    pub fn best_fit(&self, n: u64) -> Option<(PageId, u64)> {
+        let n = n.max(1);
+        match &self.by_len {
+            Some(by_len) => by_len.range((n, 0)..).next().map(|&(l, s)| (s, l)),
+            None => self
+                .iter()
+                .filter(|&(_, l)| l >= n)
+                .min_by_key(|&(s, l)| (l, s)),
+        }
+    }
+
+    /// The longest extent `(start, len)`; among equally long ones, the lowest. O(log extents)
+    /// with the length index, a full scan without it.
+    pub fn largest(&self) -> Option<(PageId, u64)> {
+        match &self.by_len {
+            Some(by_len) => {
+                let &(l, _) = by_len.iter().next_back()?;
+                by_len.range((l, 0)..).next().map(|&(l, s)| (s, l))
+            }
+            None => self.iter().max_by_key(|&(s, l)| (l, std::cmp::Reverse(s))),
+        }
+    }
+
+    /// Every extent `(start, len)` with `len >= min_len`, in no particular order. With the
+    /// length index this visits only those extents; without it, all of them.
+    pub fn long_extents(&self, min_len: u64) -> impl Iterator<Item = (PageId, u64)> + '_ {
+        let indexed = self
+            .by_len
+            .as_ref()
+            .map(|by_len| by_len.range((min_len, 0)..).map(|&(l, s)| (s, l)));
+        let scanned = self
+            .by_len
+            .is_none()
+            .then(|| self.iter().filter(move |&(_, l)| l >= min_len));
+        indexed
+            .into_iter()
+            .flatten()
+            .chain(scanned.into_iter().flatten())
+    }
+
+    /// Take `n` pages from the start of the lowest extent holding at least `n`.
+    ///
+    /// Linear in the number of extents that are too short, like [`ExtentSet::first_fit`].
     pub fn take_first_fit(&mut self, n: u64) -> Option<PageId> {
         if n == 0 {
             return None;
         }
-        let (s, l) = self
-            .by_start
-            .iter()
-            .map(|(&s, &l)| (s, l))
-            .find(|&(_, l)| l >= n)?;
-        self.by_start.remove(&s);
-        if l > n {
-            self.by_start.insert(s + n, l - n);
+        let (s, l) = self.first_fit(n)?;
+        self.take_front(s, l, n);
+        Some(s)
+    }
+
+    /// Take `n` pages from the start of the shortest extent holding at least `n` (ties: the
+    /// lowest). See [`ExtentSet::best_fit`] for the cost.
+    pub fn take_best_fit(&mut self, n: u64) -> Option<PageId> {
+        if n == 0 {
+            return None;
         }
-        self.pages -= n;
+        let (s, l) = self.best_fit(n)?;
+        self.take_front(s, l, n);
         Some(s)
     }
 
     /// Drop every page >= `end`.
     pub fn truncate(&mut self, end: PageId) {
         let dropped = self.by_start.split_off(&end);
-        self.pages -= dropped.values().sum::<u64>();
-        if let Some((&s, l)) = self.by_start.iter_mut().next_back() {
-            if s + *l > end {
-                self.pages -= s + *l - end;
-                *l = end - s;
+        for (&s, &l) in &dropped {
+            self.pages -= l;
+            if let Some(by_len) = &mut self.by_len {
+                by_len.remove(&(l, s));
+            }
+        }
+        if let Some((&s, &l)) = self.by_start.iter().next_back() {
+            if s + l > end {
+                self.unlink(s, l);
+                self.link(s, end - s);
+                self.pages -= s + l - end;
             }
         }
     }
@@ -156,6 +249,36 @@ impl ExtentSet {
         self.iter().collect()
     }
 
+    /// Remove the first `n` (1..=l) pages of the extent `(s, l)`.
+    fn take_front(&mut self, s: PageId, l: u64, n: u64) {
+        debug_assert!(n >= 1 && n <= l && self.by_start.get(&s) == Some(&l));
+        self.unlink(s, l);
+        if l > n {
+            self.link(s + n, l - n);
+        }
+        self.pages -= n;
+    }
+
+    /// Record extent `(s, l)` in every index. Does not touch the page count.
+    fn link(&mut self, s: PageId, l: u64) {
+        debug_assert!(l > 0);
+        let old = self.by_start.insert(s, l);
+        debug_assert!(old.is_none(), "extent at {s} linked twice");
+        if let Some(by_len) = &mut self.by_len {
+            by_len.insert((l, s));
+        }
+    }
+
+    /// Forget extent `(s, l)` in every index. Does not touch the page count.
+    fn unlink(&mut self, s: PageId, l: u64) {
+        let old = self.by_start.remove(&s);
+        debug_assert_eq!(old, Some(l), "extent at {s} is not of length {l}");
+        if let Some(by_len) = &mut self.by_len {
+            let had = by_len.remove(&(l, s));
+            debug_assert!(had, "length index lost extent ({s}, {l})");
+        }
+    }
+
     fn extent_containing(&self, page: PageId) -> Option<(PageId, u64)> {
         let (&s, &l) = self.by_start.range(..=page).next_back()?;
         (page - s < l).then_some((s, l))
@@ -166,6 +289,24 @@ impl ExtentSet {
             .range(..hi)
             .next_back()
             .is_some_and(|(&s, &l)| s + l > lo)
+    }
+
+    /// Panics unless both indexes and the page count agree (tests only).
+    #[cfg(test)]
+    fn assert_consistent(&self) {
+        let mut prev_end: Option<PageId> = None;
+        for (s, l) in self.iter() {
+            assert!(l > 0, "empty extent at {s}");
+            if let Some(e) = prev_end {
+                assert!(e < s, "extents touch or overlap at {s}");
+            }
+            prev_end = Some(s + l);
+        }
+        assert_eq!(self.pages, self.iter().map(|(_, l)| l).sum::<u64>());
+        if let Some(by_len) = &self.by_len {
+            let expected: BTreeSet<(u64, PageId)> = self.iter().map(|(s, l)| (l, s)).collect();
+            assert_eq!(by_len, &expected, "length index out of step");
+        }
     }
 }
 
@@ -303,5 +444,115 @@ mod tests {
         assert_eq!(s.tail_run(5), 0);
         assert_eq!(s.tail_run(4), 2);
         assert_eq!(s.tail_run(0), 0);
+    }
+
+    fn indexed(runs: &[(PageId, u64)]) -> ExtentSet {
+        let mut s = ExtentSet::with_length_index();
+        for &(start, n) in runs {
+            s.insert(start, n);
+        }
+        s.assert_consistent();
+        s
+    }
+
+    #[test]
+    fn best_fit_picks_shortest_extent_then_lowest() {
+        for mut s in [
+            set(&[(2, 5), (10, 2), (20, 3), (30, 2)]),
+            indexed(&[(2, 5), (10, 2), (20, 3), (30, 2)]),
+        ] {
+            assert_eq!(s.best_fit(1), Some((10, 2)));
+            assert_eq!(s.best_fit(3), Some((20, 3)));
+            assert_eq!(s.best_fit(4), Some((2, 5)));
+            assert_eq!(s.best_fit(6), None);
+            assert_eq!(s.take_best_fit(2), Some(10));
+            assert_eq!(s.take_best_fit(2), Some(30));
+            assert_eq!(s.take_best_fit(1), Some(20));
+            assert_eq!(s.take_best_fit(0), None);
+            assert_eq!(s.extents(), vec![(2, 5), (21, 2)]);
+            assert_eq!(s.len(), 7);
+        }
+    }
+
+    #[test]
+    fn largest_prefers_lowest_among_equal_extents() {
+        for s in [
+            set(&[(40, 3), (2, 1), (10, 3)]),
+            indexed(&[(40, 3), (2, 1), (10, 3)]),
+        ] {
+            assert_eq!(s.largest(), Some((10, 3)));
+        }
+        assert_eq!(ExtentSet::with_length_index().largest(), None);
+        assert_eq!(ExtentSet::new().largest(), None);
+    }
+
+    #[test]
+    fn first_fit_and_extent_at_look_without_taking() {
+        let s = set(&[(2, 1), (5, 3), (10, 2)]);
+        assert_eq!(s.first_fit(2), Some((5, 3)));
+        assert_eq!(s.first_fit(4), None);
+        assert_eq!(s.extent_at(5), Some(3));
+        assert_eq!(s.extent_at(6), None);
+        assert_eq!(s.len(), 6);
+    }
+
+    #[test]
+    fn long_extents_lists_exactly_the_long_ones() {
+        for s in [
+            set(&[(0, 2), (5, 8), (20, 9), (40, 1)]),
+            indexed(&[(0, 2), (5, 8), (20, 9), (40, 1)]),
+        ] {
+            let mut got: Vec<_> = s.long_extents(8).collect();
+            got.sort();
+            assert_eq!(got, vec![(5, 8), (20, 9)]);
+            assert_eq!(s.long_extents(10).count(), 0);
+            assert_eq!(s.long_extents(0).count(), 4);
+        }
+    }
+
+    #[test]
+    fn equality_ignores_the_length_index() {
+        assert_eq!(set(&[(1, 2), (3, 4)]), indexed(&[(1, 6)]));
+        assert_ne!(set(&[(1, 2)]), indexed(&[(1, 3)]));
+    }
+
+    #[test]
+    fn length_index_follows_coalescing_splitting_and_truncation() {
+        // A deterministic pseudo-random mix of every mutation, checked against an unindexed twin.
+        let mut plain = ExtentSet::new();
+        let mut idx = ExtentSet::with_length_index();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..4000 {
+            let (a, b) = (next(200), 1 + next(6));
+            match next(6) {
+                0 | 1 => {
+                    if !(a..a + b).any(|p| plain.contains(p)) {
+                        plain.insert(a, b);
+                        idx.insert(a, b);
+                    }
+                }
+                2 => assert_eq!(plain.remove(a, b), idx.remove(a, b)),
+                3 => assert_eq!(plain.take_best_fit(b), idx.take_best_fit(b)),
+                4 => assert_eq!(plain.take_first_fit(b), idx.take_first_fit(b)),
+                _ => {
+                    if next(8) == 0 {
+                        plain.truncate(a + 20);
+                        idx.truncate(a + 20);
+                    }
+                }
+            }
+            idx.assert_consistent();
+            plain.assert_consistent();
+            assert_eq!(plain, idx);
+            assert_eq!(plain.len(), idx.len());
+            assert_eq!(plain.largest(), idx.largest());
+            assert_eq!(plain.best_fit(b), idx.best_fit(b));
+        }
     }
 }

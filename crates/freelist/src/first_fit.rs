@@ -27,6 +27,11 @@ impl FreeSpacePolicy for FirstFitPolicy {
         self.set.take_first_fit(n)
     }
 
+    /// First fit already is the lowest run.
+    fn allocate_lowest(&mut self, n: u64) -> Option<PageId> {
+        self.allocate(n)
+    }
+
     fn insert(&mut self, start: PageId, n: u64) {
         self.set.insert(start, n);
     }
@@ -106,5 +111,17 @@ mod tests {
         p.insert(4, 4);
         assert!(p.remove(4, 4));
         assert_eq!(p.allocate(1), None);
+    }
+
+    #[test]
+    fn first_fit_allocate_lowest_matches_allocate() {
+        let mut p = FirstFitPolicy::new();
+        p.insert(30, 4);
+        p.insert(10, 1);
+        let mut q = p.clone();
+        for n in [2, 1, 1, 3] {
+            assert_eq!(p.allocate_lowest(n), q.allocate(n));
+        }
+        assert_eq!(p.extents(), q.extents());
     }
 }

@@ -19,6 +19,8 @@
 //! Freed pages wait in [`Pending`]; released pages live in a [`FreeSpacePolicy`], which
 //! decides how runs of them are handed out ([`PolicyKind`] selects one per open).
 
+pub mod append_run;
+pub mod best_fit;
 pub mod extents;
 pub mod first_fit;
 pub mod free_space;
@@ -27,6 +29,8 @@ pub mod null;
 pub mod pending;
 pub mod policy;
 
+pub use append_run::AppendPreferringPolicy;
+pub use best_fit::BestFitPolicy;
 pub use extents::ExtentSet;
 pub use first_fit::FirstFitPolicy;
 pub use free_space::FreeSpace;

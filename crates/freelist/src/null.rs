@@ -5,6 +5,9 @@ use crate::{ExtentSet, FreeSpacePolicy, PageId, PolicyKind};
 /// Never hands out a page, so every write appends: the control every smarter policy is
 /// measured against.
 ///
+/// Only [`FreeSpacePolicy::allocate`] refuses: [`FreeSpacePolicy::allocate_lowest`] still hands
+/// out the lowest run, so in-place compaction can shrink a file written under Null.
+///
 /// It still records what is reusable, so stats and the persisted free map stay exact and a
 /// database can be reopened under another policy without losing track of free pages.
 #[derive(Debug, Default, Clone)]
@@ -26,6 +29,11 @@ impl FreeSpacePolicy for NullPolicy {
 
     fn allocate(&mut self, _n: u64) -> Option<PageId> {
         None
+    }
+
+    /// Compaction still moves pages toward the head under Null.
+    fn allocate_lowest(&mut self, n: u64) -> Option<PageId> {
+        self.set.take_first_fit(n)
     }
 
     fn insert(&mut self, start: PageId, n: u64) {
@@ -87,5 +95,19 @@ mod tests {
         assert_eq!(p.extents(), vec![(0, 2), (4, 2)]);
         assert_eq!(p.len(), 4);
         assert!(!p.is_empty());
+    }
+
+    #[test]
+    fn allocate_lowest_works_under_null() {
+        let mut p = NullPolicy::new();
+        p.insert(20, 4);
+        p.insert(3, 2);
+        assert_eq!(p.allocate_lowest(3), Some(20));
+        assert_eq!(p.allocate_lowest(1), Some(3));
+        assert_eq!(p.allocate_lowest(2), None, "runs left: (4, 1) and (23, 1)");
+        assert_eq!(p.allocate_lowest(0), None);
+        assert_eq!(p.extents(), vec![(4, 1), (23, 1)]);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.allocate(1), None, "allocate itself still never reuses");
     }
 }

@@ -11,6 +11,23 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
     /// None means "append at the end of the file" (the caller extends the file).
     fn allocate(&mut self, n: u64) -> Option<PageId>;
 
+    /// The lowest-addressed run of `n` (>=1) contiguous reusable pages, removed from the set,
+    /// whatever this policy would prefer; None if no run is long enough (or `n == 0`).
+    ///
+    /// In-place compaction uses it to move live pages toward the head of the file, so it hands
+    /// out pages under every policy, including [`PolicyKind::Null`] whose
+    /// [`allocate`](FreeSpacePolicy::allocate) never does. The default scans the extents
+    /// (O(extents)); the policies in this crate override it without the intermediate `Vec`.
+    fn allocate_lowest(&mut self, n: u64) -> Option<PageId> {
+        if n == 0 {
+            return None;
+        }
+        let (start, _) = self.extents().into_iter().find(|&(_, l)| l >= n)?;
+        let taken = self.remove(start, n);
+        debug_assert!(taken, "extents() listed pages the set does not hold");
+        taken.then_some(start)
+    }
+
     /// Make pages start..start+n reusable (they must not already be in the set; debug_assert it).
     fn insert(&mut self, start: PageId, n: u64);
 

@@ -3,16 +3,21 @@
 //! The model tracks every page below the end of the file as exactly one of: in use, pending
 //! (freed by some txid), or free. Operations pick their pages from the model so that the
 //! engine's preconditions (only in-use pages are freed or inserted) always hold.
+//!
+//! Every sequence runs under each policy in `PolicyKind::ALL`; `allocate` must pick exactly the
+//! run that policy's rule names (restated here from its spec), `allocate_lowest` the lowest run.
 
 use std::collections::BTreeSet;
 
-use larch_freelist::{FreeSpace, PageId, PolicyKind, TxId};
+use larch_freelist::{AppendPreferringPolicy, FreeSpace, PageId, PolicyKind, TxId};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 #[derive(Debug, Clone)]
 enum Op {
     Allocate(u64),
+    /// The lowest run, whatever the policy prefers (in-place compaction).
+    AllocateLowest(u64),
     /// Straight into the reusable set, as when loading the persisted free map.
     Insert {
         pick: usize,
@@ -42,6 +47,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (1u64..8).prop_map(Op::Allocate),
+        2 => (1u64..10).prop_map(Op::AllocateLowest),
         1 => (any::<usize>(), 1u64..8).prop_map(|(pick, n)| Op::Insert { pick, n }),
         2 => (any::<usize>(), 1u64..8, any::<bool>())
             .prop_map(|(pick, n, from_free)| Op::Remove { pick, n, from_free }),
@@ -59,6 +65,8 @@ struct Model {
     in_use: BTreeSet<PageId>,
     free: BTreeSet<PageId>,
     pending: Vec<(TxId, PageId, u64)>,
+    /// Where append-run continues its current run (its spec, restated).
+    cursor: Option<PageId>,
 }
 
 impl Model {
@@ -85,6 +93,44 @@ impl Model {
             .into_iter()
             .find(|&(_, l)| l >= n)
             .map(|(s, _)| s)
+    }
+
+    /// The shortest run of at least `n` free pages; among equal ones, the lowest.
+    fn best_run(&self, n: u64) -> Option<PageId> {
+        self.free_extents()
+            .into_iter()
+            .filter(|&(_, l)| l >= n)
+            .min_by_key(|&(s, l)| (l, s))
+            .map(|(s, _)| s)
+    }
+
+    /// Append-run: continue at the cursor if a free extent of at least `n` pages starts
+    /// there, else start the lowest extent of at least max(min_run, n) pages, else append.
+    fn append_run(&mut self, n: u64) -> Option<PageId> {
+        let cursor = self.cursor.take();
+        let at_cursor = self
+            .free_extents()
+            .into_iter()
+            .any(|(s, l)| Some(s) == cursor && l >= n);
+        let start = if at_cursor {
+            cursor
+        } else {
+            self.lowest_run(n.max(AppendPreferringPolicy::DEFAULT_MIN_RUN))
+        };
+        self.cursor = start.map(|s| s + n);
+        start
+    }
+
+    /// Hand out free pages start..start+n, checking nothing else could hold them.
+    fn take_free(&mut self, start: PageId, n: u64) -> Result<(), TestCaseError> {
+        let pending = self.pending_pages();
+        for p in start..start + n {
+            prop_assert!(!self.in_use.contains(&p), "page {} handed out twice", p);
+            prop_assert!(!pending.contains(&p), "pending page {} handed out", p);
+            prop_assert!(self.free.remove(&p), "page {} was never freed", p);
+            self.in_use.insert(p);
+        }
+        Ok(())
     }
 
     fn tail_run(&self) -> u64 {
@@ -121,26 +167,32 @@ fn apply(
 ) -> Result<(), TestCaseError> {
     match *op {
         Op::Allocate(n) => {
+            let fits = m.lowest_run(n).is_some();
             let expected = match kind {
                 PolicyKind::Null => None,
                 PolicyKind::FirstFit => m.lowest_run(n),
+                PolicyKind::BestFit => m.best_run(n),
+                PolicyKind::AppendPreferring => m.append_run(n),
             };
             let got = fs.policy.allocate(n);
             prop_assert_eq!(got, expected, "allocate({}) picked the wrong run", n);
+            if matches!(kind, PolicyKind::FirstFit | PolicyKind::BestFit) {
+                prop_assert_eq!(got.is_some(), fits, "a contiguous run of {} exists", n);
+            }
             match got {
-                Some(s) => {
-                    let pending = m.pending_pages();
-                    for p in s..s + n {
-                        prop_assert!(!m.in_use.contains(&p), "page {} handed out twice", p);
-                        prop_assert!(!pending.contains(&p), "pending page {} handed out", p);
-                        prop_assert!(m.free.remove(&p), "page {} was never freed", p);
-                        m.in_use.insert(p);
-                    }
-                }
+                Some(s) => m.take_free(s, n)?,
                 None => {
                     m.in_use.extend(m.eof..m.eof + n);
                     m.eof += n;
                 }
+            }
+        }
+        Op::AllocateLowest(n) => {
+            let expected = m.lowest_run(n);
+            let got = fs.policy.allocate_lowest(n);
+            prop_assert_eq!(got, expected, "allocate_lowest({}) picked the wrong run", n);
+            if let Some(s) = got {
+                m.take_free(s, n)?;
             }
         }
         Op::Insert { pick, n } => {
@@ -266,13 +318,12 @@ fn run(kind: PolicyKind, ops: &[Op]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
+    /// The same operations, checked under every policy there is.
     #[test]
-    fn first_fit_matches_model(ops in prop::collection::vec(op(), 1..120)) {
-        run(PolicyKind::FirstFit, &ops)?;
-    }
-
-    #[test]
-    fn null_matches_model(ops in prop::collection::vec(op(), 1..120)) {
-        run(PolicyKind::Null, &ops)?;
+    fn every_policy_matches_model(ops in prop::collection::vec(op(), 1..120)) {
+        for kind in PolicyKind::ALL {
+            run(kind, &ops)
+                .map_err(|e| TestCaseError::fail(format!("policy {}: {}", kind.name(), e)))?;
+        }
     }
 }

@@ -93,7 +93,7 @@ pub enum MetaSlot {
 impl MetaSlot {
     /// The slot a commit of `txid` writes.
     pub fn for_txid(txid: TxId) -> MetaSlot {
-        if txid % 2 == 0 {
+        if txid & 1 == 0 {
             MetaSlot::Zero
         } else {
             MetaSlot::One

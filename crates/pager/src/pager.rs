@@ -66,6 +66,18 @@ pub struct Pager {
     read_only: bool,
     poisoned: AtomicBool,
     file_len: AtomicU64,
+    counters: IoCounters,
+}
+
+/// What this handle has asked of the storage, for benchmarks and tests.
+#[derive(Debug, Default)]
+pub struct IoCounters {
+    /// Calls to `Storage::write_at` (one per contiguous run of pages).
+    pub write_calls: AtomicU64,
+    /// Bytes passed to `Storage::write_at`.
+    pub bytes_written: AtomicU64,
+    /// Calls to `Storage::sync`.
+    pub syncs: AtomicU64,
 }
 
 impl Pager {
@@ -130,6 +142,7 @@ impl Pager {
             read_only: opts.read_only,
             poisoned: AtomicBool::new(false),
             file_len: AtomicU64::new(file_len),
+            counters: IoCounters::default(),
         };
         Ok((pager, metas))
     }
@@ -173,6 +186,19 @@ impl Pager {
             });
         }
         Ok(())
+    }
+
+    /// Writes and syncs this handle has made.
+    pub fn counters(&self) -> &IoCounters {
+        &self.counters
+    }
+
+    fn count_write(&self, bufs: &[&[u8]]) {
+        let n: usize = bufs.iter().map(|b| b.len()).sum();
+        self.counters.write_calls.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_written
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Has a sync failed on this handle?
@@ -232,6 +258,7 @@ impl Pager {
     /// Write `bufs` back to back starting at page `first`. The file must already hold them.
     pub fn write_pages(&self, first: PageId, bufs: &[&[u8]]) -> Result<()> {
         self.check_writable()?;
+        self.count_write(bufs);
         self.storage
             .write_at(first * self.page_size as u64, bufs)
             .map_err(|e| PagerError::io("write pages", &self.path, e))
@@ -241,6 +268,7 @@ impl Pager {
     pub fn write_meta(&self, meta: &Meta) -> Result<()> {
         self.check_writable()?;
         let mut page = vec![0u8; self.page_size];
+        self.count_write(&[&page]);
         page[..META_SIZE].copy_from_slice(&meta.encode());
         let slot = MetaSlot::for_txid(meta.txid);
         self.storage
@@ -252,6 +280,7 @@ impl Pager {
     /// dropped the dirty pages, so nothing written since the last good sync can be trusted.
     pub fn sync(&self) -> Result<()> {
         self.check_writable()?;
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.storage.sync() {
             self.poisoned.store(true, Ordering::Release);
             return Err(PagerError::io("fdatasync", &self.path, e));

@@ -37,6 +37,8 @@ impl WriteMode {
 
 /// Everything that changes the file. Implementations must be usable from any thread; the
 /// engine calls the mutating methods from one writer at a time.
+// A file's length is not a collection's: an `is_empty` would mean nothing here.
+#[allow(clippy::len_without_is_empty)]
 pub trait Storage: Send + Sync + std::fmt::Debug {
     /// The file's length in bytes.
     fn len(&self) -> io::Result<u64>;
@@ -149,7 +151,7 @@ impl FileStorage {
         let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let end = offset + total;
         let mut m = self.mapped.lock();
-        let need = m.map.as_ref().map_or(true, |map| (map.len() as u64) < end);
+        let need = m.map.as_ref().is_none_or(|map| (map.len() as u64) < end);
         if need {
             // Reserve well ahead so growth rarely remaps; the old writable map has no
             // outstanding slices (only copy_in uses it), so replacing it is safe.

@@ -1,0 +1,120 @@
+//! `larch pages FILE [--json]`: one row per page of the newest commit.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use crate::error::{engine, CliError, CliResult};
+use crate::json::Json;
+use crate::layout::{self, Layout, Row};
+use crate::pagefile::PageFile;
+
+/// Arguments of `larch pages`.
+#[derive(Args, Debug)]
+pub struct PagesArgs {
+    /// Database file.
+    pub file: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Open `path` read-only (its lock, and the engine's verdict on the metas) and walk the
+/// commit the engine opened at.
+pub fn layout_of(path: &Path) -> CliResult<(PageFile, Layout)> {
+    // Held until the walk is done: the shared lock keeps a writer from changing the file.
+    let db = crate::open::read_only(path)?;
+    let txid = db.begin_read().map_err(|e| engine(path, e))?.txid();
+    let pf = PageFile::open(path)?;
+    let meta = pf.meta_of(txid).ok_or_else(|| {
+        CliError::failed(format!(
+            "{}: no meta slot holds txid {txid}, which the engine opened",
+            path.display()
+        ))
+    })?;
+    let layout = layout::walk(&pf, meta);
+    drop(db);
+    Ok((pf, layout))
+}
+
+fn dash<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+fn crc_name(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "ok",
+        Some(false) => "BAD",
+        None => "-",
+    }
+}
+
+/// Run `larch pages`.
+pub fn run(a: PagesArgs) -> CliResult {
+    let (pf, l) = layout_of(&a.file)?;
+    let tree_name = |r: &Row| r.tree.and_then(|i| l.trees.get(i)).cloned();
+    let mut out = super::stdout();
+    if a.json {
+        let pages = l
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(id, r)| {
+                Json::Obj(vec![
+                    ("id", id.into()),
+                    ("type", r.kind.name().into()),
+                    ("tree", r.role.map(|x| x.name()).into()),
+                    ("name", tree_name(r).into()),
+                    ("txid", r.txid.into()),
+                    ("count", r.count.into()),
+                    ("overflow_len", r.overflow_len.into()),
+                    ("crc_ok", r.crc_ok.into()),
+                ])
+            })
+            .collect();
+        let v = Json::Obj(vec![
+            ("page_size", pf.page_size.into()),
+            ("txid", l.meta.txid.into()),
+            ("high_water", l.meta.high_water.into()),
+            ("file_pages", pf.pages().into()),
+            ("pages", Json::Arr(pages)),
+            ("problems", l.problems.clone().into()),
+        ]);
+        writeln!(out, "{}", v.render())?;
+    } else {
+        writeln!(
+            out,
+            "{:>10}  {:<13}  {:<7}  {:>10}  {:>5}  {:>10}  {:<3}  name",
+            "id", "type", "tree", "txid", "count", "overflow", "crc"
+        )?;
+        for (id, r) in l.rows.iter().enumerate() {
+            writeln!(
+                out,
+                "{:>10}  {:<13}  {:<7}  {:>10}  {:>5}  {:>10}  {:<3}  {}",
+                id,
+                r.kind.name(),
+                r.role.map_or("-", |x| x.name()),
+                dash(r.txid),
+                dash(r.count),
+                dash(r.overflow_len),
+                crc_name(r.crc_ok),
+                tree_name(r).unwrap_or_else(|| "-".into()),
+            )?;
+        }
+    }
+    out.flush()?;
+    if l.problems.is_empty() {
+        return Ok(());
+    }
+    if !a.json {
+        for p in &l.problems {
+            eprintln!("larch: {p}");
+        }
+    }
+    Err(CliError::failed(format!(
+        "{}: the page walk found {} problem(s); run `larch check` for the full verdict",
+        a.file.display(),
+        l.problems.len()
+    )))
+}

@@ -1,0 +1,823 @@
+//! Runs the built `larch` binary on real files in temporary directories: every subcommand,
+//! every exit code, dump/load round trips, `--json` outputs, damaged files, and read-only
+//! commands leaving the file untouched.
+
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use support::json::{self, Json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_larch");
+const PS: usize = 4096;
+
+/// What one run of the binary did.
+struct Run {
+    code: i32,
+    stdout: String,
+    stdout_bytes: Vec<u8>,
+    stderr: String,
+}
+
+fn run_with(args: &[&str], stdin: &[u8]) -> Run {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn larch");
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    // Write from a thread: a large input would otherwise deadlock against a full stdout pipe.
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out: Output = child.wait_with_output().expect("wait for larch");
+    writer.join().unwrap();
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stdout_bytes: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        !run.stderr.contains("panicked"),
+        "larch {args:?} panicked: {}",
+        run.stderr
+    );
+    run
+}
+
+fn run(args: &[&str]) -> Run {
+    run_with(args, b"")
+}
+
+/// Run and require exit 0.
+fn ok(args: &[&str]) -> Run {
+    let r = run(args);
+    assert_eq!(r.code, 0, "larch {args:?} failed: {}{}", r.stdout, r.stderr);
+    r
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A database with `n` text records in `main` and a second tree, loaded through `larch load`.
+fn sample_db(dir: &Path, n: usize) -> PathBuf {
+    let path = dir.join("sample.larch");
+    let mut input = String::new();
+    for i in 0..n {
+        input.push_str(&format!(
+            "{}\t{}\n",
+            hex(format!("key{i:06}").as_bytes()),
+            hex(&vec![b'v'; 40 + i % 60])
+        ));
+    }
+    let r = run_with(&["load", s(&path), "--batch", "500"], input.as_bytes());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    ok(&["put", s(&path), "alice", "1", "--tree", "users"]);
+    path
+}
+
+fn parse_json(r: &Run) -> Json {
+    json::parse(&r.stdout).unwrap_or_else(|e| panic!("invalid JSON ({e}): {}", r.stdout))
+}
+
+fn pages_json(path: &Path) -> Json {
+    parse_json(&ok(&["pages", s(path), "--json"]))
+}
+
+const READ_ONLY: &[&[&str]] = &[
+    &["get", "F", "key000001"],
+    &["dump", "F"],
+    &["trees", "F"],
+    &["info", "F"],
+    &["info", "F", "--json"],
+    &["stat", "F"],
+    &["stat", "F", "--json"],
+    &["check", "F"],
+    &["check", "F", "--json"],
+    &["pages", "F"],
+    &["pages", "F", "--json"],
+    &["page", "F", "0", "--raw"],
+    &["page", "F", "1"],
+    &["page", "F", "2", "--raw"],
+];
+
+fn with_file<'a>(args: &[&'a str], file: &'a str) -> Vec<&'a str> {
+    args.iter()
+        .map(|&a| if a == "F" { file } else { a })
+        .collect()
+}
+
+#[test]
+fn demo_builds_checks_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.larch");
+    let r = ok(&["demo", "--count", "25000", "--path", s(&path)]);
+    for phase in [
+        "load",
+        "read",
+        "scan",
+        "delete",
+        "check",
+        "ops/s",
+        "dead ratio",
+        "depth",
+    ] {
+        assert!(r.stdout.contains(phase), "no {phase:?} in {}", r.stdout);
+    }
+    assert!(r.stdout.trim_end().ends_with("check: ok"), "{}", r.stdout);
+    // The file was kept and holds the surviving half.
+    let stat = parse_json(&ok(&["stat", s(&path), "--json"]));
+    assert_eq!(stat.get("trees").arr()[0].get("entries").u64(), 12500);
+    // A path that exists is refused rather than overwritten.
+    let again = run(&["demo", "--count", "10", "--path", s(&path)]);
+    assert_eq!(again.code, 1);
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+    // Without --path it uses (and removes) a temporary directory.
+    let r = ok(&["demo", "--count", "100"]);
+    assert!(r.stdout.contains("check: ok"));
+}
+
+#[test]
+fn put_get_del_and_their_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("kv.larch");
+    let f = s(&f);
+    ok(&["put", f, "alice", "1"]);
+    ok(&["put", f, "bob", "two words"]);
+    ok(&["put", f, "alice", "3"]); // overwrite
+    assert_eq!(ok(&["get", f, "alice"]).stdout, "3\n");
+    assert_eq!(ok(&["get", f, "bob"]).stdout, "two words\n");
+    assert_eq!(ok(&["get", f, "616c696365", "--hex"]).stdout, "33\n");
+
+    let absent = run(&["get", f, "carol"]);
+    assert_eq!(absent.code, 1);
+    assert!(
+        absent.stderr.starts_with("larch: ") && absent.stderr.contains("carol"),
+        "{}",
+        absent.stderr
+    );
+    assert_eq!(run(&["get", f, "alice", "--tree", "nope"]).code, 1);
+
+    ok(&["put", f, "00ff", "DEAD", "--hex", "--tree", "bin"]);
+    assert_eq!(
+        ok(&["get", f, "00FF", "--hex", "--tree", "bin"]).stdout,
+        "dead\n"
+    );
+    assert_eq!(ok(&["trees", f]).stdout, "bin\nmain\n");
+
+    ok(&["del", f, "alice"]);
+    assert_eq!(run(&["get", f, "alice"]).code, 1);
+    assert_eq!(
+        run(&["del", f, "alice"]).code,
+        1,
+        "deleting an absent key exits 1"
+    );
+    let no_tree = run(&["del", f, "x", "--tree", "missing"]);
+    assert_eq!(no_tree.code, 1);
+    assert_eq!(
+        ok(&["trees", f]).stdout,
+        "bin\nmain\n",
+        "del must not create a tree"
+    );
+    ok(&["del", f, "00ff", "--hex", "--tree", "bin"]);
+
+    // Malformed hex arguments are usage errors.
+    assert_eq!(run(&["get", f, "zz", "--hex"]).code, 2);
+    assert_eq!(run(&["put", f, "00", "abc", "--hex"]).code, 2);
+    // Engine refusals are failures.
+    assert_eq!(run(&["put", f, "", "v"]).code, 1, "empty key");
+
+    // Read-only commands never create a missing file.
+    let missing = dir.path().join("missing.larch");
+    for args in [
+        &["get", s(&missing), "k"][..],
+        &["dump", s(&missing)],
+        &["del", s(&missing), "k"],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 1, "{args:?}");
+        assert!(
+            r.stderr.contains("missing.larch"),
+            "error names the file: {}",
+            r.stderr
+        );
+    }
+    assert!(!missing.exists());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("u.larch");
+    let f = s(&f);
+    for args in [
+        &[][..],
+        &["frobnicate"],
+        &["get"],
+        &["get", f],
+        &["put", f, "k"],
+        &["page", f, "notanumber"],
+        &["load", f, "--batch", "0"],
+        &["load", f, "--durability", "sometimes"],
+        &["load", f, "--policy", "best-guess"],
+        &["load", f, "--page-size", "5000"],
+        &["load", f, "--write-mode", "carrier-pigeon"],
+        &["info", f, "--bogus"],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 2, "larch {args:?}: {}", r.stderr);
+    }
+    assert!(
+        !Path::new(f).exists(),
+        "a usage error must not create the file"
+    );
+}
+
+#[test]
+fn help_on_every_subcommand_has_an_example() {
+    let r = ok(&["--help"]);
+    assert!(r.stdout.contains("Examples:"));
+    for sub in [
+        "demo", "load", "dump", "get", "put", "del", "trees", "info", "stat", "check", "pages",
+        "page",
+    ] {
+        let r = ok(&[sub, "--help"]);
+        assert!(
+            r.stdout.contains("Example"),
+            "{sub} --help has no example:\n{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.contains(&format!("larch {sub}")),
+            "{sub} --help example does not use it"
+        );
+    }
+}
+
+#[test]
+fn dump_load_round_trip_with_binary_keys_and_a_large_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.larch");
+    let b = dir.path().join("b.larch");
+    let mut records: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for x in 0..=255u8 {
+        records.push((vec![x], vec![x; x as usize % 7])); // includes empty values
+        records.push((vec![x, 0, 255 - x], (0..=255u8).collect()));
+    }
+    let big: Vec<u8> = (0..3 << 20)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    records.push((b"big".to_vec(), big.clone()));
+    // Input in a scrambled order, uppercase hex: load must accept either case.
+    let mut input = String::new();
+    for (i, (k, v)) in records.iter().enumerate().rev() {
+        let line = format!("{}\t{}\n", hex(k), hex(v));
+        input.push_str(&if i % 2 == 0 {
+            line.to_uppercase()
+        } else {
+            line
+        });
+    }
+    let r = run_with(&["load", s(&a), "--batch", "100"], input.as_bytes());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let commits: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(commits.len(), records.len().div_ceil(100));
+    assert_eq!(
+        *commits.last().unwrap(),
+        format!("committed {} {}", commits.len(), records.len())
+    );
+
+    let dump_a = ok(&["dump", s(&a)]).stdout_bytes;
+    records.sort();
+    let expected: String = records
+        .iter()
+        .map(|(k, v)| format!("{}\t{}\n", hex(k), hex(v)))
+        .collect();
+    assert!(
+        dump_a == expected.as_bytes(),
+        "dump is not the sorted lowercase records"
+    );
+
+    let r = run_with(
+        &[
+            "load",
+            s(&b),
+            "--durability",
+            "async",
+            "--policy",
+            "null",
+            "--page-size",
+            "8192",
+        ],
+        &dump_a,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        ok(&["dump", s(&b)]).stdout_bytes == dump_a,
+        "dump | load | dump changed the records"
+    );
+    assert_eq!(
+        parse_json(&ok(&["info", s(&b), "--json"]))
+            .get("page_size")
+            .u64(),
+        8192
+    );
+    let got = ok(&["get", s(&b), &hex(b"big"), "--hex"]).stdout;
+    assert!(
+        got.trim_end() == hex(&big),
+        "large value differs after the round trip"
+    );
+    ok(&["check", s(&a)]);
+    ok(&["check", s(&b)]);
+
+    // The large value shows up in `pages` as one overflow page and its continuation run.
+    let pages = pages_json(&a);
+    let rows = pages.get("pages").arr();
+    let first = rows
+        .iter()
+        .find(|r| r.get("overflow_len") == &Json::Num(big.len() as f64))
+        .expect("overflow page");
+    let id = first.get("id").u64() as usize;
+    let run_len = (24 + big.len()).div_ceil(PS);
+    for r in &rows[id + 1..id + run_len] {
+        assert_eq!(r.get("type").str(), "overflow-cont");
+    }
+    let page = ok(&["page", s(&a), &id.to_string()]).stdout;
+    assert!(
+        page.contains("type: overflow") && page.contains(&format!("value length: {}", big.len())),
+        "{page}"
+    );
+}
+
+#[test]
+fn load_commits_in_batches_and_stops_at_a_malformed_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("l.larch");
+    let input = "01\t0a\n02\t0b\n\n03\t0c\n04\t0d\n05\t0e\n06\tnothex\n07\t0f\n";
+    let r = run_with(
+        &["load", s(&f), "--batch", "2", "--tree", "t"],
+        input.as_bytes(),
+    );
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stdout, "committed 1 2\ncommitted 2 4\n");
+    assert!(
+        r.stderr.contains("line 7"),
+        "names the line (blank lines count): {}",
+        r.stderr
+    );
+    // Earlier commits stay; the aborted batch (05) does not.
+    assert_eq!(
+        ok(&["dump", s(&f), "--tree", "t"]).stdout,
+        "01\t0a\n02\t0b\n03\t0c\n04\t0d\n"
+    );
+    ok(&["check", s(&f)]);
+
+    // More malformed shapes, each exit 1 with the line number.
+    for (bad, what) in [
+        ("0102\n", "no tab"),
+        ("\t00\n", "empty"),
+        ("0\t00\n", "odd"),
+        ("01\t00\t00\n", "value"),
+    ] {
+        let r = run_with(
+            &["load", s(&f), "--tree", "u"],
+            format!("aa\tbb\n{bad}").as_bytes(),
+        );
+        assert_eq!(r.code, 1, "{bad:?}");
+        assert!(
+            r.stderr.contains("line 2") && r.stderr.contains(what),
+            "{bad:?}: {}",
+            r.stderr
+        );
+    }
+
+    // Empty input still creates the file and an empty tree.
+    let e = dir.path().join("empty.larch");
+    let r = run_with(&["load", s(&e), "--tree", "nothing"], b"");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, "committed 1 0\n");
+    assert_eq!(ok(&["trees", s(&e)]).stdout, "nothing\n");
+    assert_eq!(ok(&["dump", s(&e), "--tree", "nothing"]).stdout, "");
+
+    // Overwrites count as records and keep the last value; CRLF line endings are accepted.
+    let r = run_with(
+        &["load", s(&e), "--write-mode", "mmap"],
+        b"61\t01\r\n61\t02\r\n",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(ok(&["get", s(&e), "61", "--hex"]).stdout, "02\n");
+}
+
+#[test]
+fn info_reports_metas_and_space_as_text_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sample_db(dir.path(), 2000);
+    let text = ok(&["info", s(&f)]).stdout;
+    for line in [
+        "page_size: 4096",
+        "durable: yes",
+        "trees: 2",
+        "  main",
+        "  users",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "no line {line:?} in:\n{text}"
+        );
+    }
+    let r = ok(&["info", s(&f), "--json"]);
+    assert!(r.stdout.contains("\"page_size\":4096"), "{}", r.stdout);
+    let v = parse_json(&r);
+    for key in [
+        "page_size",
+        "txid",
+        "other_txid",
+        "file_bytes",
+        "high_water",
+        "live_pages",
+        "free_pages",
+        "pending_pages",
+        "dead_ratio",
+        "trees",
+        "meta_fallback",
+    ] {
+        assert!(v.has(key), "no {key:?} in {}", r.stdout);
+    }
+    let txid = v.get("txid").u64();
+    assert_eq!(txid, 5, "four load commits and a put");
+    assert_eq!(v.get("other_txid").u64(), txid - 1);
+    assert_eq!(v.get("durable"), &Json::Bool(true));
+    assert_eq!(v.get("meta_fallback"), &Json::Null);
+    assert_eq!(
+        v.get("file_bytes").u64(),
+        std::fs::metadata(&f).unwrap().len()
+    );
+    let names: Vec<&str> = v.get("trees").arr().iter().map(Json::str).collect();
+    assert_eq!(names, ["main", "users"]);
+    let ratio = v.get("dead_ratio").num();
+    assert!((0.0..1.0).contains(&ratio));
+}
+
+#[test]
+fn stat_shows_each_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sample_db(dir.path(), 3000);
+    let text = ok(&["stat", s(&f)]).stdout;
+    assert!(
+        text.contains("tree \"main\"") && text.contains("tree \"users\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("entries: 3000") && text.contains("depth: 2"),
+        "{text}"
+    );
+    let v = parse_json(&ok(&["stat", s(&f), "--tree", "main", "--json"]));
+    let trees = v.get("trees").arr();
+    assert_eq!(trees.len(), 1);
+    let t = &trees[0];
+    assert_eq!(t.get("name").str(), "main");
+    assert_eq!(t.get("entries").u64(), 3000);
+    assert_eq!(t.get("depth").u64(), 2);
+    assert_eq!(t.get("branch_pages").u64(), 1);
+    assert!(t.get("leaf_pages").u64() > 10);
+    assert_eq!(t.get("overflow_pages").u64(), 0);
+    let fill = t.get("fill").num();
+    assert!(fill > 0.3 && fill <= 1.0, "fill {fill}");
+    assert_eq!(run(&["stat", s(&f), "--tree", "nope"]).code, 1);
+}
+
+#[test]
+fn check_passes_a_sound_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sample_db(dir.path(), 1000);
+    let r = ok(&["check", s(&f)]);
+    assert_eq!(r.stdout.lines().next(), Some("ok"));
+    let v = parse_json(&ok(&["check", s(&f), "--json"]));
+    assert_eq!(v.get("ok"), &Json::Bool(true));
+    assert!(v.get("problems").arr().is_empty());
+    assert!(v.get("reachable_pages").u64() > 2);
+}
+
+#[test]
+fn pages_lists_every_page_and_page_decodes_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sample_db(dir.path(), 2000);
+    let info = parse_json(&ok(&["info", s(&f), "--json"]));
+    let v = pages_json(&f);
+    let rows = v.get("pages").arr();
+    assert_eq!(rows.len() as u64, info.get("high_water").u64());
+    assert!(v.get("problems").arr().is_empty());
+    let kind = |i: usize| rows[i].get("type").str().to_string();
+    assert_eq!((kind(0), kind(1)), ("meta".into(), "meta".into()));
+    let count = |t: &str, tree: &str| {
+        rows.iter()
+            .filter(|r| r.get("type").str() == t && r.get("tree") == &Json::Str(tree.into()))
+            .count()
+    };
+    let stat = parse_json(&ok(&["stat", s(&f), "--json"]));
+    let leaves: u64 = stat
+        .get("trees")
+        .arr()
+        .iter()
+        .map(|t| t.get("leaf_pages").u64())
+        .sum();
+    assert_eq!(count("leaf", "data") as u64, leaves);
+    assert!(count("leaf", "catalog") >= 1 && count("leaf", "freemap") >= 1);
+    let free = rows
+        .iter()
+        .filter(|r| r.get("type").str() == "free")
+        .count() as u64;
+    assert_eq!(
+        free,
+        info.get("high_water").u64() - info.get("live_pages").u64(),
+        "free pages = dead pages"
+    );
+    for r in rows {
+        assert!(
+            ["meta", "branch", "leaf", "free"].contains(&r.get("type").str()),
+            "unexpected row {r:?}"
+        );
+    }
+
+    let table = ok(&["pages", s(&f)]).stdout;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["id", "type", "tree", "txid", "count", "overflow", "crc", "name"]
+    );
+    assert_eq!(lines.count(), rows.len());
+
+    // A data leaf: header fields and its entries, hex and text.
+    let leaf = rows
+        .iter()
+        .find(|r| r.get("type").str() == "leaf" && r.get("name") == &Json::Str("main".into()))
+        .unwrap();
+    let id = leaf.get("id").u64().to_string();
+    let p = ok(&["page", s(&f), &id, "--raw"]).stdout;
+    for want in [
+        "type: leaf",
+        "tree: data",
+        "crc: ",
+        "(ok)",
+        "entries:",
+        "\"key0",
+        "of tree \"main\"",
+        "00000000  02 00",
+    ] {
+        assert!(p.contains(want), "no {want:?} in page {id}:\n{p}");
+    }
+    assert!(p.contains(&format!("txid: {}", leaf.get("txid").u64())));
+    // A branch: children and separators.
+    let branch = rows
+        .iter()
+        .find(|r| r.get("type").str() == "branch")
+        .unwrap();
+    let p = ok(&["page", s(&f), &branch.get("id").u64().to_string()]).stdout;
+    assert!(
+        p.contains("children:") && p.contains("separator (none)  child "),
+        "{p}"
+    );
+    // The metas.
+    let m = ok(&["page", s(&f), &(info.get("txid").u64() % 2).to_string()]).stdout;
+    assert!(
+        m.contains("valid: yes") && m.contains(&format!("txid: {}", info.get("txid").u64())),
+        "{m}"
+    );
+    assert!(m.contains("the newest commit"), "{m}");
+    // Past the end of the file.
+    let past = run(&["page", s(&f), "999999"]);
+    assert_eq!(past.code, 1);
+    assert!(past.stderr.contains("past the end"), "{}", past.stderr);
+}
+
+#[test]
+fn read_only_commands_leave_the_file_byte_for_byte_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sample_db(dir.path(), 1500);
+    let before = std::fs::read(&f).unwrap();
+    for args in READ_ONLY {
+        let args = with_file(args, s(&f));
+        let r = run(&args);
+        assert_eq!(r.code, 0, "larch {args:?}: {}", r.stderr);
+    }
+    assert_eq!(ok(&["get", s(&f), "key000001"]).stdout.len(), 42);
+    assert_eq!(run(&["get", s(&f), "absent"]).code, 1);
+    assert!(
+        std::fs::read(&f).unwrap() == before,
+        "a read-only command modified the file"
+    );
+}
+
+/// Overwrite bytes of `file` at `offset`.
+fn patch(file: &Path, offset: usize, bytes: &[u8]) {
+    let mut data = std::fs::read(file).unwrap();
+    data[offset..offset + bytes.len()].copy_from_slice(bytes);
+    std::fs::write(file, data).unwrap();
+}
+
+/// Recompute a page's checksum, so damage reaches the parsers instead of stopping at the crc.
+fn fix_crc(file: &Path, page: usize) {
+    let mut data = std::fs::read(file).unwrap();
+    let p = &mut data[page * PS..(page + 1) * PS];
+    let crc = larch_engine::raw::run_checksum(p);
+    p[4..8].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(file, data).unwrap();
+}
+
+/// Every read-only command on a damaged file: no panic (checked by `run`), exit 0 or 1, and
+/// `check` exits 1 naming a problem.
+fn assert_damage_handled(f: &Path, what: &str) -> Run {
+    for args in READ_ONLY {
+        let args = with_file(args, s(f));
+        let r = run(&args);
+        assert!(
+            r.code == 0 || r.code == 1,
+            "{what}: larch {args:?} exited {}: {}",
+            r.code,
+            r.stderr
+        );
+        if r.code == 1 && args[0] != "check" && args[0] != "pages" {
+            assert!(
+                r.stderr.starts_with("larch: "),
+                "{what}: larch {args:?}: {}",
+                r.stderr
+            );
+        }
+    }
+    let r = run(&["check", s(f)]);
+    assert_eq!(
+        r.code, 1,
+        "{what}: check passed a damaged file:\n{}",
+        r.stdout
+    );
+    assert_ne!(r.stdout.lines().next(), Some("ok"), "{what}");
+    let j = run(&["check", s(f), "--json"]);
+    assert_eq!(j.code, 1);
+    assert_eq!(parse_json(&j).get("ok"), &Json::Bool(false), "{what}");
+    r
+}
+
+#[test]
+fn damaged_files_exit_1_without_panicking() {
+    let dir = tempfile::tempdir().unwrap();
+    let pristine = sample_db(dir.path(), 4000);
+    let rows = pages_json(&pristine).get("pages").arr().to_vec();
+    let ids = |t: &str| -> Vec<usize> {
+        rows.iter()
+            .filter(|r| r.get("type").str() == t && r.get("tree") == &Json::Str("data".into()))
+            .map(|r| r.get("id").u64() as usize)
+            .collect()
+    };
+    let leaves = ids("leaf");
+    let mid_leaf = leaves[leaves.len() / 2];
+    let branch = ids("branch")[0];
+    let fresh = |name: &str| {
+        let f = dir.path().join(name);
+        std::fs::copy(&pristine, &f).unwrap();
+        f
+    };
+
+    // Flipped bytes in a leaf page in the middle of the file: a checksum mismatch.
+    let f = fresh("flip.larch");
+    patch(&f, mid_leaf * PS + 2000, &[0xde, 0xad, 0xbe, 0xef]);
+    let r = assert_damage_handled(&f, "flipped leaf");
+    assert!(
+        r.stdout.contains(&format!("page {mid_leaf}")),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        run(&["dump", s(&f)]).code,
+        1,
+        "dump must not print a damaged tree as if sound"
+    );
+    let p = run(&["pages", s(&f)]);
+    assert_eq!(p.code, 1);
+    assert!(
+        p.stderr.contains(&format!("page {mid_leaf}")),
+        "{}",
+        p.stderr
+    );
+    assert!(ok(&["page", s(&f), &mid_leaf.to_string()])
+        .stdout
+        .contains("(BAD)"));
+
+    // A leaf claiming an impossible entry count, with a valid checksum.
+    let f = fresh("count.larch");
+    patch(&f, mid_leaf * PS + 2, &0xffffu16.to_le_bytes());
+    fix_crc(&f, mid_leaf);
+    assert_damage_handled(&f, "impossible count");
+
+    // Cell offsets pointing anywhere, with a valid checksum.
+    let f = fresh("cells.larch");
+    patch(
+        &f,
+        mid_leaf * PS + 16,
+        &[0xf0, 0x0f, 0xff, 0xff, 0x00, 0x00],
+    );
+    fix_crc(&f, mid_leaf);
+    assert_damage_handled(&f, "bad cell offsets");
+
+    // A branch whose children point outside the file, and back at itself (a cycle).
+    let f = fresh("branch.larch");
+    patch(&f, branch * PS + 16 + 2, &[0; 2]);
+    let data = std::fs::read(&f).unwrap();
+    let cell = |i: usize| {
+        u16::from_le_bytes([
+            data[branch * PS + 16 + 2 * i],
+            data[branch * PS + 17 + 2 * i],
+        ]) as usize
+    };
+    let (c0, c1) = (cell(0), cell(2));
+    patch(&f, branch * PS + c0 + 2, &(1u64 << 40).to_le_bytes());
+    patch(&f, branch * PS + c1 + 2, &(branch as u64).to_le_bytes());
+    fix_crc(&f, branch);
+    assert_damage_handled(&f, "wild child pointers");
+
+    // Garbage over a whole page.
+    let f = fresh("garbage.larch");
+    let junk: Vec<u8> = (0..PS).map(|i| (i * 7 + 3) as u8).collect();
+    patch(&f, branch * PS, &junk);
+    assert_damage_handled(&f, "garbage branch");
+
+    // Both metas zeroed: nothing opens, everything but `page` says so and exits 1.
+    let f = fresh("nometa.larch");
+    patch(&f, 0, &[0; 128]);
+    patch(&f, PS, &[0; 128]);
+    for args in READ_ONLY {
+        let args = with_file(args, s(&f));
+        let r = run(&args);
+        if args[0] == "page" {
+            // The viewer still decodes pages of a file that will not open.
+            assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+            continue;
+        }
+        assert_eq!(r.code, 1, "{args:?}");
+        assert!(
+            r.stderr.contains("not a larch database"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    assert!(ok(&["page", s(&f), "0"])
+        .stdout
+        .contains("valid: no (meta page is all zero"));
+    let j = run(&["check", s(&f), "--json"]);
+    assert_eq!(parse_json(&j).get("ok"), &Json::Bool(false));
+    assert_eq!(
+        run(&["put", s(&f), "k", "v"]).code,
+        1,
+        "writes refuse it too"
+    );
+    assert_eq!(run_with(&["load", s(&f)], b"00\t00\n").code, 1);
+
+    // Truncated to half: both metas now point past the end.
+    let f = fresh("short.larch");
+    let len = std::fs::metadata(&f).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    assert_eq!(run(&["check", s(&f)]).code, 1);
+    assert_eq!(run(&["info", s(&f)]).code, 1);
+
+    // Not a database at all.
+    let f = dir.path().join("text.larch");
+    std::fs::write(&f, "hello\n".repeat(2000)).unwrap();
+    let r = run(&["check", s(&f)]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("text.larch"), "{}", r.stderr);
+}
+
+#[test]
+fn a_damaged_older_meta_is_a_note_not_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sample_db(dir.path(), 100);
+    let txid = parse_json(&ok(&["info", s(&f), "--json"]))
+        .get("txid")
+        .u64();
+    let older = (txid + 1) % 2;
+    patch(&f, older as usize * PS + 20, &[0x55]);
+    let v = parse_json(&ok(&["info", s(&f), "--json"]));
+    assert_eq!(v.get("other_txid"), &Json::Null);
+    assert!(v.get("meta_fallback").str().contains("damaged"), "{v:?}");
+    let r = ok(&["check", s(&f)]);
+    assert_eq!(r.stdout.lines().next(), Some("ok"));
+    assert!(r.stdout.contains("note: meta fallback"), "{}", r.stdout);
+    let m = ok(&["page", s(&f), &older.to_string()]).stdout;
+    assert!(m.contains("valid: no (meta checksum mismatch"), "{m}");
+}

@@ -1,0 +1,299 @@
+//! Compaction: by copy into a new file, in place under every policy (with readers open), and
+//! the free tail of a file given back after deletes.
+
+use std::collections::BTreeMap;
+
+use larch::{Db, Durability, Options, Policy};
+
+type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+fn contents(db: &Db) -> Model {
+    let rx = db.begin_read().unwrap();
+    let mut m = Model::new();
+    for name in rx.tree_names().unwrap() {
+        let t = rx.open_tree(&name).unwrap();
+        m.insert(
+            name,
+            t.iter()
+                .unwrap()
+                .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect::<Result<_, _>>()
+                .unwrap(),
+        );
+    }
+    m
+}
+
+/// Many commits of inserts, overwrites and deletes, with overflow values: lots of dead pages.
+fn churn(db: &Db, rounds: u64) {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for r in 0..rounds {
+        let mut tx = db.begin_write().unwrap();
+        for t in ["alpha", "beta"] {
+            let mut tree = tx.open_tree(t).unwrap();
+            for _ in 0..150 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = format!("{t}-{:05}", x % 4000).into_bytes();
+                match x % 10 {
+                    0..=2 => {
+                        tree.remove(&k).unwrap();
+                    }
+                    3 => tree
+                        .insert(&k, &vec![r as u8; 9000 + (x % 5000) as usize])
+                        .unwrap(),
+                    _ => tree.insert(&k, &vec![r as u8; (x % 300) as usize]).unwrap(),
+                }
+            }
+        }
+        tx.set_durability(if r % 5 == 4 {
+            Durability::Sync
+        } else {
+            Durability::Async
+        });
+        tx.commit().unwrap();
+    }
+    db.sync().unwrap();
+}
+
+fn delete_most(db: &Db) {
+    let mut tx = db.begin_write().unwrap();
+    for t in ["alpha", "beta"] {
+        let keys: Vec<Vec<u8>> = {
+            let tree = tx.open_tree(t).unwrap();
+            let _ = &tree;
+            (0..4000)
+                .map(|i| format!("{t}-{i:05}").into_bytes())
+                .filter(|k| (k[k.len() - 1] % 4) != 0)
+                .collect()
+        };
+        let mut tree = tx.open_tree(t).unwrap();
+        for k in keys {
+            tree.remove(&k).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+#[test]
+fn compact_to_writes_the_same_data_into_a_file_without_free_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path().join("src.larch"),
+        Options::default().policy(Policy::Null),
+    )
+    .unwrap();
+    churn(&db, 40);
+    delete_most(&db);
+    let want = contents(&db);
+    let dest = dir.path().join("dst.larch");
+    let report = db.compact_to(&dest).unwrap();
+    assert!(report.after_bytes < report.before_bytes, "{report:?}");
+    assert!(
+        report.gain() > 1.5,
+        "a churned Null-policy file should shrink a lot: {report:?}"
+    );
+    assert!(
+        db.compact_to(&dest).is_err(),
+        "compact_to must not replace an existing file"
+    );
+    drop(db);
+    let out = Db::open(&dest, Options::default()).unwrap();
+    out.check().unwrap();
+    assert_eq!(contents(&out), want);
+    let s = out.stats().unwrap();
+    assert_eq!(s.dead_pages, 0, "a compacted file has no free pages: {s:?}");
+    assert_eq!(s.file_bytes, s.high_water * 4096);
+    assert_eq!(std::fs::metadata(&dest).unwrap().len(), report.after_bytes);
+    // Full leaves: the copy is denser than any tree built by random inserts.
+    for t in &s.trees {
+        assert!(t.fill(4096) > 0.9, "tree {} fill {}", t.name, t.fill(4096));
+    }
+    // And it takes new writes normally.
+    let mut tx = out.begin_write().unwrap();
+    tx.open_tree("alpha")
+        .unwrap()
+        .insert(b"new", b"value")
+        .unwrap();
+    tx.commit().unwrap();
+    out.check().unwrap();
+}
+
+#[test]
+fn compact_to_of_an_empty_database_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path().join("e.larch"), Options::default()).unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.open_tree("empty").unwrap();
+    tx.commit().unwrap();
+    db.compact_to(dir.path().join("e2.larch")).unwrap();
+    let out = Db::open(dir.path().join("e2.larch"), Options::default()).unwrap();
+    out.check().unwrap();
+    assert_eq!(
+        out.begin_read().unwrap().tree_names().unwrap(),
+        vec!["empty".to_string()]
+    );
+}
+
+#[test]
+fn compact_in_place_shrinks_the_file_under_every_policy() {
+    for policy in [Policy::Null, Policy::FirstFit] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.larch");
+        let db = Db::open(&path, Options::default().policy(policy)).unwrap();
+        churn(&db, 40);
+        delete_most(&db);
+        db.sync().unwrap();
+        let want = contents(&db);
+        let before = db.stats().unwrap();
+        let report = db.compact().unwrap();
+        let after = db.stats().unwrap();
+        db.check().unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+        assert_eq!(
+            contents(&db),
+            want,
+            "{policy:?}: compaction changed the data"
+        );
+        assert!(
+            after.high_water * 2 < before.high_water,
+            "{policy:?}: high-water {} -> {}",
+            before.high_water,
+            after.high_water
+        );
+        assert!(
+            report.after_bytes * 2 < report.before_bytes,
+            "{policy:?}: {report:?}"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), report.after_bytes);
+        assert!(
+            after.dead_ratio < 0.25,
+            "{policy:?}: dead ratio {} after compaction",
+            after.dead_ratio
+        );
+        drop(db);
+        let db = Db::open(&path, Options::default().policy(policy)).unwrap();
+        db.check().unwrap();
+        assert_eq!(contents(&db), want);
+    }
+}
+
+#[test]
+fn compact_in_place_keeps_open_readers_exact_and_shrinks_more_once_they_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(
+        dir.path().join("r.larch"),
+        Options::default().policy(Policy::Null),
+    )
+    .unwrap();
+    churn(&db, 30);
+    delete_most(&db);
+    let want = contents(&db);
+    let rx = db.begin_read().unwrap();
+    let first = db.compact().unwrap();
+    // The reader still sees exactly its snapshot, even though its pages were moved.
+    let t = rx.open_tree("alpha").unwrap();
+    let seen: BTreeMap<Vec<u8>, Vec<u8>> = t
+        .iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(&seen, want.get("alpha").unwrap());
+    drop(rx);
+    let second = db.compact().unwrap();
+    assert!(
+        second.after_bytes < first.after_bytes,
+        "ending the reader should let the file shrink further: {first:?} then {second:?}"
+    );
+    db.check().unwrap();
+    assert_eq!(contents(&db), want);
+}
+
+#[test]
+fn dropping_the_last_loaded_tree_gives_the_free_tail_back_without_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.larch");
+    let db = Db::open(&path, Options::default().policy(Policy::FirstFit)).unwrap();
+    for name in ["kept", "dropped"] {
+        let mut tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree(name).unwrap();
+            for i in 0..40_000u32 {
+                t.insert(&i.to_be_bytes(), &[7u8; 100]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let full = db.stats().unwrap();
+    let mut tx = db.begin_write().unwrap();
+    assert!(tx.delete_tree("dropped").unwrap());
+    tx.commit().unwrap();
+    // Later commits may reuse the freed pages (no reader, durable). The free map's own pages
+    // were appended after the dropped tree; FirstFit copies them down on their next change,
+    // after which the end of the file is a free tail: the high-water mark drops and, once
+    // durable, the file is truncated.
+    for i in 0..4u32 {
+        let mut tx = db.begin_write().unwrap();
+        tx.open_tree("kept")
+            .unwrap()
+            .insert(&i.to_be_bytes(), b"commit")
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let shrunk = db.stats().unwrap();
+    db.check().unwrap();
+    assert!(
+        shrunk.high_water * 3 < full.high_water * 2,
+        "high-water {} -> {}",
+        full.high_water,
+        shrunk.high_water
+    );
+    assert!(
+        shrunk.file_bytes < full.file_bytes,
+        "file {} -> {} bytes",
+        full.file_bytes,
+        shrunk.file_bytes
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), shrunk.file_bytes);
+    // A reader pins the pages it can see: the tail is not given back while it lives.
+    let mut tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("again").unwrap();
+        for i in 0..20_000u32 {
+            t.insert(&i.to_be_bytes(), &[9u8; 100]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    let grown = db.stats().unwrap();
+    let rx = db.begin_read().unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.delete_tree("again").unwrap();
+    tx.commit().unwrap();
+    for _ in 0..4 {
+        let mut tx = db.begin_write().unwrap();
+        tx.open_tree("kept").unwrap().insert(b"tick", b"x").unwrap();
+        tx.commit().unwrap();
+    }
+    let pinned = db.stats().unwrap();
+    assert!(
+        pinned.high_water >= grown.high_water,
+        "pages a reader can see were given back"
+    );
+    assert_eq!(pinned.oldest_reader, Some(rx.txid()));
+    assert_eq!(rx.open_tree("again").unwrap().len().unwrap(), 20_000);
+    drop(rx);
+    for _ in 0..4 {
+        let mut tx = db.begin_write().unwrap();
+        tx.open_tree("kept").unwrap().insert(b"tick", b"y").unwrap();
+        tx.commit().unwrap();
+    }
+    let released = db.stats().unwrap();
+    assert!(
+        released.high_water < grown.high_water,
+        "after the reader ended: {} -> {}",
+        grown.high_water,
+        released.high_water
+    );
+    db.check().unwrap();
+}
