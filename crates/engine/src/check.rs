@@ -406,7 +406,7 @@ impl Db {
                         for (p, n) in w.free.policy.extents() {
                             mark(p, n);
                         }
-                        for (_, p, n) in w.free.pending.iter() {
+                        for (_, p, n) in w.free.pending.iter().chain(w.reader_pinned.iter()) {
                             mark(p, n);
                         }
                         if mem != marked {

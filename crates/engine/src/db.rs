@@ -42,6 +42,10 @@ pub(crate) struct WriterState {
     pub durable: TxId,
     /// A meta written without sync (NoMetaSync): durable after the next sync.
     pub meta_unsynced: Option<TxId>,
+    /// Newest txid whose meta was written to the file, synced or not: open may pick it.
+    pub meta_written: TxId,
+    /// Freed pages only readers can reach (written after the last durable commit).
+    pub reader_pinned: crate::unpinned::ReaderPinned,
 }
 
 #[derive(Debug)]
@@ -134,6 +138,8 @@ impl Db {
                 previous: meta,
                 durable: meta.txid,
                 meta_unsynced: None,
+                meta_written: meta.txid,
+                reader_pinned: Default::default(),
             }),
             pager,
             opts,
@@ -186,6 +192,13 @@ impl Db {
     /// The options it was opened with.
     pub fn options(&self) -> Options {
         self.inner.opts
+    }
+}
+
+impl WriterState {
+    /// Pages below the high-water mark no tree of the newest state reaches.
+    pub(crate) fn unreachable_pages(&self) -> u64 {
+        self.free.free_pages() + self.free.pending_pages() + self.reader_pinned.len()
     }
 }
 

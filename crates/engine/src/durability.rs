@@ -29,9 +29,12 @@ fn write_meta_keeping_fallback(
     if meta.txid % 2 == w.durable % 2 && meta.txid != w.durable {
         debug_assert_eq!(prev.txid + 1, meta.txid);
         db.pager.write_meta(&prev)?;
+        w.meta_written = w.meta_written.max(prev.txid);
         db.pager.sync()?;
         w.durable = prev.txid;
     }
+    // Before the write: a failed or torn write may still leave this meta on disk.
+    w.meta_written = w.meta_written.max(meta.txid);
     Ok(db.pager.write_meta(&meta)?)
 }
 

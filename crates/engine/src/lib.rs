@@ -67,6 +67,7 @@ mod options;
 mod read;
 mod relocate;
 mod stats;
+mod unpinned;
 mod view;
 mod write;
 

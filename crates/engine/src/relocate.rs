@@ -121,7 +121,7 @@ impl Db {
             let mut tx = self.begin_write()?;
             tx.compacting = true;
             tx.set_durability(Durability::Sync);
-            let unreachable = tx.w.free.free_pages() + tx.w.free.pending_pages();
+            let unreachable = tx.w.unreachable_pages();
             let hwm = tx.hwm;
             let live = hwm.saturating_sub(unreachable);
             // Room for the pages to move plus the branches above them.

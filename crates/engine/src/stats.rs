@@ -146,7 +146,11 @@ impl Db {
             trees.push(tree_stats(&view, name, &root, PageRole::Data)?);
         }
         let (durable, free_pages, pending_pages) = match self.inner.writer.try_lock() {
-            Some(w) => (w.durable, w.free.free_pages(), w.free.pending_pages()),
+            Some(w) => (
+                w.durable,
+                w.free.free_pages(),
+                w.free.pending_pages() + w.reader_pinned.len(),
+            ),
             None => (meta.txid, meta.unreachable_pages, 0),
         };
         let (oldest, readers) = {

@@ -59,6 +59,8 @@ pub(crate) enum Undo {
     FreshFreed(PageId, u64),
     /// Committed pages this transaction stopped reaching (pending under its txid).
     Freed(PageId, u64),
+    /// The same, for pages written after the last durable commit (unpinned.rs).
+    ReaderFreed(PageId, u64),
 }
 
 /// A write transaction. Only one exists at a time; [`crate::Db::begin_write`] waits for the
@@ -102,8 +104,15 @@ impl<'db> WriteTx<'db> {
         let (base, oldest) = db.snapshot_and_oldest_reader();
         // Pages freed by T may be overwritten once no reader is older than T and T is durable
         // (docs/format.md, invariant 1).
-        let safe = oldest.unwrap_or(base.meta.txid).min(w.durable);
-        w.free.release(safe);
+        let readers_safe = oldest.unwrap_or(base.meta.txid);
+        // A page written after every meta that open could pick is in none of their trees.
+        let on_disk = w.meta_written.max(w.durable);
+        let w_ref = &mut *w;
+        w_ref
+            .reader_pinned
+            .release(readers_safe, on_disk, &mut w_ref.free);
+        let durable = w.durable;
+        w.free.release(readers_safe.min(durable));
         let meta = base.meta;
         let limits = Limits::new(meta.page_size as usize);
         let map = db.pager.map();
@@ -187,8 +196,20 @@ impl<'db> WriteTx<'db> {
 
     /// Committed pages this transaction no longer reaches: pending until safe.
     pub(crate) fn free_committed(&mut self, p: PageId, n: u64) {
-        self.w.free.free(self.txid, p, n);
-        self.undo.push(Undo::Freed(p, n));
+        // Written after the last durable commit: only readers can reach it (unpinned.rs).
+        let written = self
+            .base_view()
+            .pages(p, 1)
+            .ok()
+            .and_then(larch_pager::PageHeader::read)
+            .map_or(0, |h| h.txid);
+        if written > self.w.meta_written.max(self.w.durable) {
+            self.w.reader_pinned.add(self.txid, p, n, written);
+            self.undo.push(Undo::ReaderFreed(p, n));
+        } else {
+            self.w.free.free(self.txid, p, n);
+            self.undo.push(Undo::Freed(p, n));
+        }
         for i in 0..n {
             self.bits.insert(p + i, true);
         }
@@ -207,7 +228,8 @@ impl<'db> WriteTx<'db> {
     fn rollback(&mut self) {
         let base_hwm = self.base.meta.high_water;
         let txid = self.txid;
-        let free = &mut self.w.free;
+        let w = &mut *self.w;
+        let free = &mut w.free;
         for u in self.undo.drain(..).rev() {
             match u {
                 Undo::Alloc(p, n) => {
@@ -224,6 +246,9 @@ impl<'db> WriteTx<'db> {
                 }
                 Undo::Freed(p, n) => {
                     free.pending.remove(txid, p, n);
+                }
+                Undo::ReaderFreed(p, n) => {
+                    w.reader_pinned.remove(txid, p, n);
                 }
             }
         }
@@ -385,8 +410,8 @@ impl<'db> WriteTx<'db> {
             catalog: self.tree_root(CATALOG),
             freemap: self.tree_root(FREEMAP),
             high_water: self.hwm,
-            live_pages: self.hwm - (self.w.free.free_pages() + self.w.free.pending_pages()),
-            unreachable_pages: self.w.free.free_pages() + self.w.free.pending_pages(),
+            live_pages: self.hwm - self.w.unreachable_pages(),
+            unreachable_pages: self.w.unreachable_pages(),
         };
         // 3. Write every dirty page.
         self.write_dirty_pages()?;

@@ -1,0 +1,85 @@
+//! Pages freed after the last durable commit that were also *written* after it.
+//!
+//! Invariant 1 (docs/format.md) lets a page freed by T be reused once no reader is older than
+//! T and T is durable, because the crash fallback (the last durable meta D) might reach it.
+//! A page whose header says it was written by a transaction newer than every meta open could
+//! pick after a crash (the last durable one, and a NoMetaSync meta written but not yet synced)
+//! cannot be in any of their trees, so only readers pin it. The check is made when the page is
+//! released, not when it is freed: those metas only get newer, and a page written by W stops
+//! qualifying once one of them is >= W; it goes to the ordinary pending queue instead. Without this, a run of Async commits could reuse nothing
+//! until the next sync and the file would grow by every page each commit copies.
+
+use std::collections::BTreeMap;
+
+use larch_freelist::FreeSpace;
+
+use crate::{PageId, TxId};
+
+/// Runs freed by a transaction, each with the txid that wrote it.
+#[derive(Debug, Default)]
+pub(crate) struct ReaderPinned {
+    by_txid: BTreeMap<TxId, Vec<(PageId, u64, TxId)>>,
+    pages: u64,
+}
+
+impl ReaderPinned {
+    /// Pages `p..p+n`, written by `written`, stopped being reachable in `freed_by`.
+    pub fn add(&mut self, freed_by: TxId, p: PageId, n: u64, written: TxId) {
+        self.by_txid
+            .entry(freed_by)
+            .or_default()
+            .push((p, n, written));
+        self.pages += n;
+    }
+
+    /// Undo an `add` (abort).
+    pub fn remove(&mut self, freed_by: TxId, p: PageId, n: u64) -> bool {
+        let Some(runs) = self.by_txid.get_mut(&freed_by) else {
+            return false;
+        };
+        let Some(i) = runs.iter().rposition(|&(q, m, _)| q == p && m == n) else {
+            return false;
+        };
+        runs.remove(i);
+        if runs.is_empty() {
+            self.by_txid.remove(&freed_by);
+        }
+        self.pages -= n;
+        true
+    }
+
+    /// Everything freed by a transaction no reader is older than: reusable now if written
+    /// after `on_disk` (the newest meta written to the file), otherwise handed to the ordinary
+    /// pending queue. Returns pages reusable.
+    pub fn release(&mut self, readers_safe: TxId, on_disk: TxId, free: &mut FreeSpace) -> u64 {
+        let mut reusable = 0;
+        while let Some((&freed_by, _)) = self.by_txid.first_key_value() {
+            if freed_by > readers_safe {
+                break;
+            }
+            let runs = self.by_txid.remove(&freed_by).unwrap_or_default();
+            for (p, n, written) in runs {
+                self.pages -= n;
+                if written > on_disk {
+                    free.policy.insert(p, n);
+                    reusable += n;
+                } else {
+                    free.free(freed_by, p, n);
+                }
+            }
+        }
+        reusable
+    }
+
+    /// Pages waiting.
+    pub fn len(&self) -> u64 {
+        self.pages
+    }
+
+    /// Every waiting run: (freed by, first page, pages).
+    pub fn iter(&self) -> impl Iterator<Item = (TxId, PageId, u64)> + '_ {
+        self.by_txid
+            .iter()
+            .flat_map(|(&t, runs)| runs.iter().map(move |&(p, n, _)| (t, p, n)))
+    }
+}
