@@ -16,6 +16,19 @@ use crate::view::View;
 use crate::write::WriteTx;
 use crate::TxId;
 
+/// Writes and syncs a handle has made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStats {
+    /// Calls to the storage's write (one per contiguous run of pages, plus meta writes).
+    pub write_calls: u64,
+    /// Bytes handed to the storage's write.
+    pub bytes_written: u64,
+    /// fdatasync/msync calls.
+    pub syncs: u64,
+    /// Txid of the newest commit (commits made, counting those of earlier handles).
+    pub commits: u64,
+}
+
 /// One committed state: a meta and the map to read it through.
 #[derive(Debug)]
 pub(crate) struct Snapshot {
@@ -177,6 +190,19 @@ impl Db {
         self.inner.pager.check_writable()?;
         let mut w = self.inner.writer.lock();
         crate::durability::sync_all(&self.inner, &mut w)
+    }
+
+    /// What this handle has written and synced so far (for benchmarks: write calls are
+    /// separate runs of pages, i.e. seeks).
+    pub fn io_stats(&self) -> IoStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = self.inner.pager.counters();
+        IoStats {
+            write_calls: c.write_calls.load(Relaxed),
+            bytes_written: c.bytes_written.load(Relaxed),
+            syncs: c.syncs.load(Relaxed),
+            commits: self.inner.writer.lock().committed.txid,
+        }
     }
 
     /// The file's path.

@@ -74,7 +74,7 @@ mod write;
 pub use check::{CheckReport, Problem};
 pub use compact::CompactReport;
 pub use cursor::Range;
-pub use db::Db;
+pub use db::{Db, IoStats};
 pub use error::{Error, Result};
 pub use larch_pager::{FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode};
@@ -89,8 +89,9 @@ pub type TxId = u64;
 
 /// Lower-level pieces for tools (the CLI's `pages`/`page`, tests, fuzzers).
 pub mod raw {
-    pub use crate::freemap::{CHUNK_BYTES, CHUNK_PAGES};
+    pub use crate::freemap::{unreachable_runs, CHUNK_BYTES, CHUNK_PAGES};
     pub use crate::node::{Limits, NodePage, ValRef, OVERFLOW_HEADER};
+    pub use crate::view::View;
     pub use larch_pager::{
         run_checksum, stored_checksum, Meta, PageHeader, PageRole, PageType, TreeRoot, MAGIC,
         META_SIZE, PAGE_HEADER_SIZE,

@@ -20,6 +20,9 @@ pub enum Durability {
 }
 
 impl Durability {
+    /// Every durability.
+    pub const ALL: [Durability; 3] = [Durability::Sync, Durability::NoMetaSync, Durability::Async];
+
     /// Lowercase name used on the command line.
     pub fn name(self) -> &'static str {
         match self {

@@ -69,6 +69,9 @@ pub struct Stats {
     pub oldest_reader: Option<TxId>,
     /// How many commits behind the newest that reader is.
     pub oldest_reader_age: Option<u64>,
+    /// Freed pages that would be reusable now but for the oldest reader (it can still reach
+    /// them): what a long-lived reader costs in file growth.
+    pub oldest_reader_pinned_pages: u64,
     /// Open read transactions.
     pub readers: usize,
     /// Every tree.
@@ -145,14 +148,6 @@ impl Db {
             let root = t.root();
             trees.push(tree_stats(&view, name, &root, PageRole::Data)?);
         }
-        let (durable, free_pages, pending_pages) = match self.inner.writer.try_lock() {
-            Some(w) => (
-                w.durable,
-                w.free.free_pages(),
-                w.free.pending_pages() + w.reader_pinned.len(),
-            ),
-            None => (meta.txid, meta.unreachable_pages, 0),
-        };
         let (oldest, readers) = {
             let s = self.inner.shared.lock();
             // Our own reader is in the table; do not count it.
@@ -164,6 +159,18 @@ impl Db {
                 }
             }
             (readers.keys().next().copied(), readers.values().sum())
+        };
+        let (durable, free_pages, pending_pages, pinned) = match self.inner.writer.try_lock() {
+            Some(w) => {
+                // Freed by a transaction newer than the oldest reader's snapshot: it can see them.
+                let pinned = oldest.map_or(0, |o| {
+                    let waiting = w.free.pending.iter().chain(w.reader_pinned.iter());
+                    waiting.filter(|&(t, _, _)| t > o).map(|(_, _, n)| n).sum()
+                });
+                let pending = w.free.pending_pages() + w.reader_pinned.len();
+                (w.durable, w.free.free_pages(), pending, pinned)
+            }
+            None => (meta.txid, meta.unreachable_pages, 0, 0),
         };
         let opened = &self.inner.opened;
         let dead = meta.high_water.saturating_sub(meta.live_pages);
@@ -192,6 +199,7 @@ impl Db {
             },
             oldest_reader: oldest,
             oldest_reader_age: oldest.map(|o| meta.txid - o),
+            oldest_reader_pinned_pages: pinned,
             readers,
             trees,
         })

@@ -26,6 +26,14 @@ pub enum WriteMode {
 }
 
 impl WriteMode {
+    /// Every mode.
+    pub const ALL: [WriteMode; 2] = [WriteMode::Pwrite, WriteMode::Mmap];
+
+    /// Inverse of [`WriteMode::name`].
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == s)
+    }
+
     /// Lowercase name used on the command line.
     pub fn name(self) -> &'static str {
         match self {
