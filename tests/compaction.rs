@@ -297,3 +297,224 @@ fn dropping_the_last_loaded_tree_gives_the_free_tail_back_without_compaction() {
     );
     db.check().unwrap();
 }
+
+/// Steady overwrites of a fixed key set under the Null policy (which never reuses, so dead
+/// pages pile up): returns the largest file size seen and the data-bearing size at the end.
+/// With `keep_up`, each commit waits for a compaction it started, so the bound does not
+/// depend on how fast the copy runs against the writer (that race is for benchmarks).
+fn steady_overwrites(
+    threshold: Option<f64>,
+    dir: &std::path::Path,
+    d: Durability,
+    keep_up: bool,
+) -> (u64, u64, Db) {
+    let opts = Options::default()
+        .policy(Policy::Null)
+        .compaction_threshold(threshold)
+        .compaction_min_bytes(256 << 10);
+    let db = Db::open(dir.join("steady.larch"), opts).unwrap();
+    let mut largest = 0;
+    let mut x = 7u64;
+    for round in 0..400u64 {
+        let mut tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for _ in 0..20 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let k = (x >> 33) % 2000;
+                t.insert(&k.to_be_bytes(), &[(round % 251) as u8; 200])
+                    .unwrap();
+            }
+        }
+        tx.set_durability(d);
+        tx.commit().unwrap();
+        if keep_up {
+            db.wait_for_compaction().unwrap();
+        }
+        if round % 50 == 49 {
+            db.sync().unwrap();
+        }
+        largest = largest.max(std::fs::metadata(dir.join("steady.larch")).unwrap().len());
+    }
+    db.sync().unwrap();
+    let _ = db.wait_for_compaction();
+    let live = db.stats().unwrap().live_pages * 4096;
+    (largest, live, db)
+}
+
+#[test]
+fn threshold_compaction_keeps_a_churning_file_near_its_live_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let (without, live, db) = steady_overwrites(None, dir.path(), Durability::Sync, true);
+    assert_eq!(db.compactions(), 0);
+    drop(db);
+    let dir2 = tempfile::tempdir().unwrap();
+    let (with, live2, db) = steady_overwrites(Some(0.3), dir2.path(), Durability::Sync, true);
+    assert!(db.compactions() >= 1, "the threshold never fired");
+    db.check().unwrap();
+    // Every key of the last round is there (contents are checked against a model below).
+    let rx = db.begin_read().unwrap();
+    assert!(rx.open_tree("t").unwrap().len().unwrap() > 1900);
+    drop(rx);
+    // Without compaction the Null policy grows without bound; with t = 0.3 the file stays at
+    // most live / (1 - t), plus one commit's pages and one 256 KiB growth step.
+    assert!(
+        without > 8 * live,
+        "control grew only to {without} for {live} live bytes"
+    );
+    let bound = (live2 as f64 / 0.7) as u64 + 150 * 4096 + (256 << 10);
+    assert!(
+        with <= bound,
+        "with threshold 0.3 the file reached {with}; live {live2}, bound {bound}"
+    );
+}
+
+#[test]
+fn readers_keep_their_snapshot_across_a_background_file_switch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switch.larch");
+    let opts = Options::default()
+        .policy(Policy::Null)
+        .compaction_threshold(Some(0.5))
+        .compaction_min_bytes(0);
+    let db = Db::open(&path, opts).unwrap();
+    let mut tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..3000u32 {
+            t.insert(&i.to_be_bytes(), b"first").unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    let old = db.begin_read().unwrap();
+    // Rewrite everything a few times: dead pages pass half the file and compaction starts.
+    for round in 0..4u8 {
+        let mut tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..3000u32 {
+                t.insert(&i.to_be_bytes(), &[b'a' + round; 5]).unwrap();
+            }
+            t.remove(&7u32.to_be_bytes()).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let report = db.wait_for_compaction().unwrap();
+    assert!(db.compactions() >= 1, "no background compaction ran");
+    if let Some(r) = report {
+        assert!(r.after_bytes < r.before_bytes, "{r:?}");
+    }
+    // The old reader still reads the old file, exactly as it was.
+    let t = old.open_tree("t").unwrap();
+    assert_eq!(t.get(&7u32.to_be_bytes()).unwrap(), Some(&b"first"[..]));
+    assert_eq!(t.iter().unwrap().count(), 3000);
+    drop(old);
+    // New readers and writers use the compacted file at the same path.
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    assert_eq!(t.get(&7u32.to_be_bytes()).unwrap(), None);
+    assert_eq!(t.get(&8u32.to_be_bytes()).unwrap(), Some(&b"ddddd"[..]));
+    drop(rx);
+    let mut tx = db.begin_write().unwrap();
+    tx.open_tree("t")
+        .unwrap()
+        .insert(b"after", b"switch")
+        .unwrap();
+    tx.commit().unwrap();
+    db.check().unwrap();
+    let s = db.stats().unwrap();
+    assert_eq!(
+        s.file_bytes,
+        std::fs::metadata(&path).unwrap().len(),
+        "the handle must be on the file at the path"
+    );
+    drop(db);
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    assert_eq!(t.get(b"after").unwrap(), Some(&b"switch"[..]));
+    assert_eq!(t.len().unwrap(), 3000);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        leftovers.len(),
+        1,
+        "temporary files left behind: {leftovers:?}"
+    );
+}
+
+#[test]
+fn closing_the_database_stops_background_compaction_and_releases_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("close.larch");
+    for _ in 0..3 {
+        let opts = Options::default()
+            .policy(Policy::Null)
+            .compaction_threshold(Some(0.1))
+            .compaction_min_bytes(0);
+        let db = Db::open(&path, opts).unwrap();
+        for round in 0..6u8 {
+            let mut tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in 0..2000u32 {
+                    t.insert(&i.to_be_bytes(), &[round; 50]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        drop(db);
+        // Reopening at once must work: no compaction thread holds the lock any more.
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check().unwrap();
+        assert_eq!(
+            db.begin_read()
+                .unwrap()
+                .open_tree("t")
+                .unwrap()
+                .get(&5u32.to_be_bytes())
+                .unwrap(),
+            Some(&[5u8; 50][..])
+        );
+    }
+}
+
+#[test]
+fn a_threshold_outside_zero_to_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for t in [0.0, 1.0, -0.5, 3.0] {
+        let e = Db::open(
+            dir.path().join("x.larch"),
+            Options::default().compaction_threshold(Some(t)),
+        )
+        .unwrap_err();
+        assert!(matches!(e, larch::Error::InvalidOption(_)), "{t}: {e}");
+    }
+}
+
+#[test]
+fn threshold_compaction_bounds_even_a_writer_of_async_commits() {
+    // Async commits are ~100 times faster than the ten or so fsyncs of a compaction, so the
+    // file grows while each copy runs; it must still not grow without bound.
+    let dir = tempfile::tempdir().unwrap();
+    let (without, _, db) = steady_overwrites(None, dir.path(), Durability::Async, false);
+    drop(db);
+    let dir2 = tempfile::tempdir().unwrap();
+    let (with, live, db) = steady_overwrites(Some(0.3), dir2.path(), Durability::Async, false);
+    assert!(db.compactions() >= 1);
+    db.check().unwrap();
+    let end = db.stats().unwrap().file_bytes;
+    assert!(
+        with < without,
+        "peak {with} with compaction vs {without} without"
+    );
+    assert!(
+        end < without,
+        "after compaction the file is {end} bytes ({live} live); without it grew to {without}"
+    );
+}

@@ -100,6 +100,15 @@ impl Storage for Faulty {
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// Spawning a child process forks: until it execs, the child holds a copy of every open
+/// descriptor, flock locks included, so a test thread that closes a database and reopens it
+/// at that moment would find it locked. Tests take this shared; the spawning test exclusive.
+static FORK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn no_fork() -> std::sync::RwLockReadGuard<'static, ()> {
+    FORK.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn contents(db: &Db) -> Model {
     let rx = db.begin_read().unwrap();
     match rx.open_tree("t") {
@@ -262,6 +271,7 @@ fn sweep(kind: Kind, errno: i32, short: bool, d: Durability, mode: WriteMode) ->
 
 #[test]
 fn eio_on_any_write_fails_the_commit_and_keeps_the_previous_state() {
+    let _serial = no_fork();
     for d in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
         let n = sweep(Kind::Write, libc::EIO, false, d, WriteMode::Pwrite);
         eprintln!("{d:?}: {n} write faults");
@@ -274,6 +284,7 @@ fn eio_on_any_write_fails_the_commit_and_keeps_the_previous_state() {
 
 #[test]
 fn short_write_then_enospc_fails_the_commit_and_keeps_the_previous_state() {
+    let _serial = no_fork();
     let n = sweep(
         Kind::Write,
         libc::ENOSPC,
@@ -286,6 +297,7 @@ fn short_write_then_enospc_fails_the_commit_and_keeps_the_previous_state() {
 
 #[test]
 fn enospc_growing_the_file_fails_the_commit_and_keeps_the_previous_state() {
+    let _serial = no_fork();
     for mode in [WriteMode::Pwrite, WriteMode::Mmap] {
         let n = sweep(Kind::SetLen, libc::ENOSPC, false, Durability::Sync, mode);
         assert!(n >= 1, "{mode:?}: growing the file never failed");
@@ -294,6 +306,7 @@ fn enospc_growing_the_file_fails_the_commit_and_keeps_the_previous_state() {
 
 #[test]
 fn eio_on_fdatasync_poisons_the_handle_and_reopen_finds_a_whole_state() {
+    let _serial = no_fork();
     for d in [Durability::Sync, Durability::NoMetaSync] {
         let n = sweep(Kind::Sync, libc::EIO, false, d, WriteMode::Pwrite);
         assert!(n >= 1, "{d:?}: no sync to fail");
@@ -302,6 +315,7 @@ fn eio_on_fdatasync_poisons_the_handle_and_reopen_finds_a_whole_state() {
 
 #[test]
 fn eio_on_db_sync_after_async_commits_poisons_the_handle() {
+    let _serial = no_fork();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.larch");
     drop(Db::open(&path, Options::default()).unwrap());
@@ -352,6 +366,7 @@ fn real_file_size_limit_fails_commits_cleanly_and_keeps_acknowledged_data() {
     if let Ok(path) = std::env::var("LARCH_FSIZE_CHILD") {
         return fsize_child(Path::new(&path));
     }
+    let _serial = FORK.write().unwrap_or_else(|e| e.into_inner());
     for mode in ["pwrite", "mmap"] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("full.larch");

@@ -1,4 +1,4 @@
-//! `larch`: inspect, check, dump and load, and edit a larch database file.
+//! `larch`: inspect, check, dump and load, edit, compact and benchmark a larch database file.
 //!
 //! This file holds the command line (clap) and the dispatch; each subcommand lives in
 //! `commands/`. Exit codes are a contract (see `error.rs`): 0 success, 1 failure or a problem
@@ -23,15 +23,15 @@ use larch_engine::{Durability, Policy, WriteMode};
 
 use crate::error::CliError;
 
-const ABOUT: &str = "Inspect, check, dump/load and edit larch database files";
+const ABOUT: &str = "Inspect, check, dump/load, edit, compact and benchmark larch database files";
 
 const LONG_ABOUT: &str = "\
-Inspect, check, dump/load and edit larch database files.
+Inspect, check, dump/load, edit, compact and benchmark larch database files.
 
 Exit codes: 0 success; 1 the operation failed or found a problem (corrupt file, key or tree
 not found, check found damage); 2 usage error. Keys and values on the command line are UTF-8
 text unless --hex is given. The default tree is `main`. Read-only commands (get, dump, trees,
-info, stat, check, pages, page) never modify the file.";
+info, stat, check, pages, page, and compact SRC DST for SRC) never modify the file.";
 
 const MAIN_EXAMPLES: &str = "\
 Examples:
@@ -40,7 +40,9 @@ Examples:
   larch get db.larch alice            # prints 1
   larch dump db.larch > backup.tsv    # every record as HEXKEY<TAB>HEXVALUE
   larch load copy.larch < backup.tsv  # and back
-  larch check db.larch                # prints ok, or each problem (exit 1)";
+  larch check db.larch                # prints ok, or each problem (exit 1)
+  larch compact db.larch small.larch  # a copy without free pages
+  larch bench --count 10000           # write and read benchmark in a temporary file";
 
 #[derive(Parser, Debug)]
 #[command(name = "larch", version, about = ABOUT, long_about = LONG_ABOUT, after_help = MAIN_EXAMPLES)]
@@ -167,6 +169,39 @@ Examples:
   larch page db.larch 0          # a meta page
   larch page db.larch 7 --raw")]
     Page(commands::page::PageArgs),
+
+    /// Rewrite a file without its free pages: into a new file, or in place.
+    #[command(
+        override_usage = "larch compact <SRC> <DST>\n       larch compact --in-place <FILE>",
+        after_help = "\
+`larch compact SRC DST` opens SRC read-only and writes its newest commit to DST, which must not
+exist: trees in key order, leaves adjacent, no free pages. DST appears only when complete and
+synced. `larch compact --in-place FILE` moves FILE's live pages toward its head over a few
+synced commits and truncates the free tail.
+Either way it prints `SRC_BYTES -> DST_BYTES bytes (gain=X.XXx)`, gain being before/after.
+
+Examples:
+  larch compact db.larch db.compact.larch
+  larch compact --in-place db.larch"
+    )]
+    Compact(commands::compact::CompactArgs),
+
+    /// Benchmark writes and reads of one database, in the style of `bbolt bench`.
+    #[command(after_help = "\
+The write phase inserts --count keys in commits of --batch-size, in key order (seq) or a
+shuffled one (rnd, seeded with --seed); keys are big-endian counters zero-padded to --key-size
+bytes. The read phase gets every key in one read transaction and verifies each value. Each
+phase prints ops/s and latency percentiles (p50, p99, p99.9, max): writes per commit, per
+commit call and per insert (amortized over its commit); reads per get, amortized over groups
+of 64 gets timed together. Writes also show write calls, KiB and syncs per commit, and the run
+ends with the file's size and space accounting. The database is created in a temporary
+directory (or at --path, which must not exist) and removed afterwards unless --keep.
+
+Examples:
+  larch bench
+  larch bench --count 1000000 --batch-size 10000 --write-mode rnd --durability async
+  larch bench --path /tmp/b.larch --keep && larch info /tmp/b.larch")]
+    Bench(commands::bench::BenchArgs),
 }
 
 /// `--name` values from a fixed list of the engine's names, so new engine policies show up
@@ -185,8 +220,7 @@ fn named<T: Copy + Send + Sync + 'static>(
 
 /// Parses `--durability`.
 pub fn durability_parser() -> impl TypedValueParser<Value = Durability> {
-    const ALL: [Durability; 3] = [Durability::Sync, Durability::NoMetaSync, Durability::Async];
-    named(&ALL, Durability::name)
+    named(&Durability::ALL, Durability::name)
 }
 
 /// Parses `--policy`.
@@ -196,8 +230,7 @@ pub fn policy_parser() -> impl TypedValueParser<Value = Policy> {
 
 /// Parses `--write-mode`.
 pub fn write_mode_parser() -> impl TypedValueParser<Value = WriteMode> {
-    const ALL: [WriteMode; 2] = [WriteMode::Pwrite, WriteMode::Mmap];
-    named(&ALL, WriteMode::name)
+    named(&WriteMode::ALL, WriteMode::name)
 }
 
 /// Parses `--page-size`: the engine accepts powers of two from 4096 to 65536.
@@ -228,6 +261,8 @@ fn main() -> ExitCode {
         Command::Check(a) => commands::check::run(a),
         Command::Pages(a) => commands::pages::run(a),
         Command::Page(a) => commands::page::run(a),
+        Command::Compact(a) => commands::compact::run(a),
+        Command::Bench(a) => commands::bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

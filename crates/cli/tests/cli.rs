@@ -250,7 +250,7 @@ fn help_on_every_subcommand_has_an_example() {
     assert!(r.stdout.contains("Examples:"));
     for sub in [
         "demo", "load", "dump", "get", "put", "del", "trees", "info", "stat", "check", "pages",
-        "page",
+        "page", "compact", "bench",
     ] {
         let r = ok(&[sub, "--help"]);
         assert!(
@@ -820,4 +820,362 @@ fn a_damaged_older_meta_is_a_note_not_a_failure() {
     assert!(r.stdout.contains("note: meta fallback"), "{}", r.stdout);
     let m = ok(&["page", s(&f), &older.to_string()]).stdout;
     assert!(m.contains("valid: no (meta checksum mismatch"), "{m}");
+}
+
+/// A database whose values were large (overflow pages) and then overwritten with small ones:
+/// nearly all of it free pages for compaction to drop, with the few live leaves scattered
+/// through it. Two trees, so the round trip covers the catalog too.
+fn churned_db(dir: &Path) -> PathBuf {
+    let path = dir.join("churned.larch");
+    let load = |value: &[u8]| {
+        let input: String = (0..2000)
+            .map(|i| format!("{}\t{}\n", hex(format!("key{i:06}").as_bytes()), hex(value)))
+            .collect();
+        let r = run_with(&["load", s(&path), "--batch", "500"], input.as_bytes());
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    load(&[b'v'; 3000]);
+    load(b"1");
+    ok(&["put", s(&path), "alice", "1", "--tree", "users"]);
+    path
+}
+
+/// The numbers of `SRC_BYTES -> DST_BYTES bytes (gain=X.XXx)`, checking its exact shape
+/// (`^\d+ -> \d+ bytes \(gain=\d+\.\d\dx\)$`) by hand.
+fn parse_compact_line(out: &str) -> (u64, u64, String) {
+    let line = out
+        .strip_suffix('\n')
+        .expect("one line ending in a newline");
+    assert!(!line.contains('\n'), "more than one line: {out:?}");
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let (before, rest) = line.split_once(" -> ").expect("` -> `");
+    let (after, rest) = rest.split_once(" bytes (gain=").expect("` bytes (gain=`");
+    let gain = rest.strip_suffix("x)").expect("ends with `x)`");
+    let (whole, frac) = gain.split_once('.').expect("gain has a decimal point");
+    assert!(
+        digits(before) && digits(after) && digits(whole) && digits(frac) && frac.len() == 2,
+        "bad shape: {line:?}"
+    );
+    (
+        before.parse().unwrap(),
+        after.parse().unwrap(),
+        gain.to_string(),
+    )
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().len()
+}
+
+#[test]
+fn compact_to_a_new_file_round_trips_and_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = churned_db(dir.path());
+    let dst = dir.path().join("compacted.larch");
+    let before = std::fs::read(&src).unwrap();
+    let r = ok(&["compact", s(&src), s(&dst)]);
+    let (src_bytes, dst_bytes, gain) = parse_compact_line(&r.stdout);
+    assert_eq!(src_bytes, before.len() as u64);
+    assert_eq!(dst_bytes, file_len(&dst));
+    assert!(
+        dst_bytes < src_bytes,
+        "compaction did not shrink: {}",
+        r.stdout
+    );
+    assert_eq!(gain, format!("{:.2}", src_bytes as f64 / dst_bytes as f64));
+    assert!(
+        std::fs::read(&src).unwrap() == before,
+        "compact SRC DST modified SRC"
+    );
+    // Same trees, same records.
+    assert_eq!(ok(&["trees", s(&dst)]).stdout, "main\nusers\n");
+    for tree in ["main", "users"] {
+        let a = ok(&["dump", s(&src), "--tree", tree]).stdout_bytes;
+        let b = ok(&["dump", s(&dst), "--tree", tree]).stdout_bytes;
+        assert!(a == b, "tree {tree} differs after compaction");
+    }
+    assert_eq!(ok(&["get", s(&dst), "key001999"]).stdout, "1\n");
+    assert_eq!(ok(&["check", s(&dst)]).stdout.lines().next(), Some("ok"));
+    // No free pages in the copy.
+    let info = parse_json(&ok(&["info", s(&dst), "--json"]));
+    assert_eq!(info.get("dead_ratio").num(), 0.0);
+    assert_eq!(info.get("file_bytes").u64(), dst_bytes);
+    // The copy is an ordinary database: writable, and compactable again.
+    ok(&["put", s(&dst), "bob", "2"]);
+    let again = dir.path().join("again.larch");
+    let (b2, a2, _) = parse_compact_line(&ok(&["compact", s(&dst), s(&again)]).stdout);
+    assert_eq!((b2, a2), (file_len(&dst), file_len(&again)));
+    assert_eq!(ok(&["get", s(&again), "bob"]).stdout, "2\n");
+}
+
+#[test]
+fn compact_in_place_shrinks_a_churned_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = churned_db(dir.path());
+    let size = file_len(&f);
+    let dump = ok(&["dump", s(&f)]).stdout_bytes;
+    let users = ok(&["dump", s(&f), "--tree", "users"]).stdout_bytes;
+    let r = ok(&["compact", "--in-place", s(&f)]);
+    let (before, after, gain) = parse_compact_line(&r.stdout);
+    assert_eq!(before, size);
+    assert_eq!(after, file_len(&f));
+    assert!(
+        after < before,
+        "in-place compaction did not shrink: {}",
+        r.stdout
+    );
+    assert_eq!(gain, format!("{:.2}", before as f64 / after as f64));
+    assert_eq!(ok(&["check", s(&f)]).stdout.lines().next(), Some("ok"));
+    assert!(ok(&["dump", s(&f)]).stdout_bytes == dump, "records changed");
+    assert!(ok(&["dump", s(&f), "--tree", "users"]).stdout_bytes == users);
+    // The flag may come after the file too; a second run has little left to do.
+    let r = ok(&["compact", s(&f), "--in-place"]);
+    let (before2, after2, _) = parse_compact_line(&r.stdout);
+    assert_eq!(before2, after);
+    assert!(after2 <= before2, "{}", r.stdout);
+    ok(&["check", s(&f)]);
+}
+
+#[test]
+fn compact_errors_and_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = sample_db(dir.path(), 200);
+    let src_before = std::fs::read(&src).unwrap();
+
+    // DST exists: exit 1, naming it, and it is left alone (even when it is SRC itself).
+    let dst = dir.path().join("taken.larch");
+    std::fs::write(&dst, b"precious").unwrap();
+    let r = run(&["compact", s(&src), s(&dst)]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.starts_with("larch: ")
+            && r.stderr.contains("taken.larch")
+            && r.stderr.contains("already exists"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stdout, "");
+    assert_eq!(std::fs::read(&dst).unwrap(), b"precious");
+    assert_eq!(run(&["compact", s(&src), s(&src)]).code, 1);
+    assert!(std::fs::read(&src).unwrap() == src_before);
+
+    // A missing or corrupt SRC: exit 1 naming it, and no DST appears.
+    let out = dir.path().join("out.larch");
+    let missing = dir.path().join("missing.larch");
+    let r = run(&["compact", s(&missing), s(&out)]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("missing.larch"), "{}", r.stderr);
+    let r = run(&["compact", "--in-place", s(&missing)]);
+    assert_eq!(r.code, 1);
+    assert!(!missing.exists(), "--in-place created the missing file");
+    let junk = dir.path().join("junk.larch");
+    std::fs::write(&junk, "hello\n".repeat(2000)).unwrap();
+    for args in [
+        &["compact", s(&junk), s(&out)][..],
+        &["compact", "--in-place", s(&junk)],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 1, "{args:?}");
+        assert!(r.stderr.contains("junk.larch"), "{args:?}: {}", r.stderr);
+    }
+    // A damaged leaf: the compaction stops instead of copying it.
+    let rows = pages_json(&src).get("pages").arr().to_vec();
+    let leaf = rows
+        .iter()
+        .find(|r| r.get("type").str() == "leaf" && r.get("name") == &Json::Str("main".into()))
+        .unwrap()
+        .get("id")
+        .u64() as usize;
+    let damaged = dir.path().join("damaged.larch");
+    std::fs::copy(&src, &damaged).unwrap();
+    patch(&damaged, leaf * PS + 2000, &[0xde, 0xad, 0xbe, 0xef]);
+    let r = run(&["compact", s(&damaged), s(&out)]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.starts_with("larch: "), "{}", r.stderr);
+    assert!(!out.exists(), "a failed compaction left {}", out.display());
+    // In place, only the pages it moves are read: exit 0 or 1, never a panic (see `run`).
+    let r = run(&["compact", "--in-place", s(&damaged)]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("compacting"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+
+    // Neither DST nor --in-place, both, or nothing at all: usage errors.
+    for args in [
+        &["compact", s(&src)][..],
+        &["compact", s(&src), s(&out), "--in-place"],
+        &["compact", "--in-place", s(&src), s(&out)],
+        &["compact"],
+        &["compact", "--in-place"],
+        &["compact", s(&src), s(&out), "extra"],
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 2, "larch {args:?}: {}", r.stderr);
+    }
+    assert!(!out.exists());
+    assert!(std::fs::read(&src).unwrap() == src_before);
+}
+
+#[test]
+fn bench_prints_both_phases() {
+    for (write, read) in [("seq", "seq"), ("rnd", "rnd"), ("seq", "rnd")] {
+        let r = ok(&[
+            "bench",
+            "--count",
+            "2000",
+            "--batch-size",
+            "100",
+            "--durability",
+            "async",
+            "--write-mode",
+            write,
+            "--read-mode",
+            read,
+        ]);
+        let out = &r.stdout;
+        let line = |prefix: &str| -> &str {
+            out.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no line starting {prefix:?} in:\n{out}"))
+        };
+        assert!(line("larch bench: ").contains("2000 keys of 16 bytes, 256-byte values"));
+        assert!(line("  write ").starts_with(&format!(
+            "  write {write}, read {read}, durability async, policy first-fit"
+        )));
+        let w = line("write: ");
+        assert!(
+            w.starts_with("write: 2000 inserts in 20 commits: ") && w.contains(" ops/s"),
+            "{w}"
+        );
+        let rd = line("read: ");
+        assert!(
+            rd.starts_with("read: 2000 gets: ")
+                && rd.contains(" ops/s")
+                && rd.ends_with("every value verified"),
+            "{rd}"
+        );
+        for l in [
+            "  latency per commit ",
+            "  latency of the commit call alone ",
+            "  latency per insert ",
+            "  latency per get (groups of 64 timed together) ",
+        ] {
+            let l = line(l);
+            for p in [" p50 ", " p99 ", " p99.9 ", " max "] {
+                assert!(l.contains(p), "no {p:?} in {l:?}");
+            }
+        }
+        assert!(line("  io per commit: ").contains(" write calls, "));
+        assert!(line("file: ").contains(" bytes"));
+        assert!(line("pages: ").contains("dead ratio"));
+        // The temporary directory is gone.
+        let file = line("  file: ")
+            .strip_prefix("  file: ")
+            .unwrap()
+            .split(" (")
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(!Path::new(&file).exists(), "{file} was not removed");
+    }
+}
+
+#[test]
+fn bench_path_keep_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let kept = dir.path().join("kept.larch");
+    let args = |p: &Path| {
+        vec![
+            "bench".to_string(),
+            "--count".into(),
+            "1500".into(),
+            "--batch-size".into(),
+            "250".into(),
+            "--key-size".into(),
+            "10".into(),
+            "--value-size".into(),
+            "5000".into(),
+            "--durability".into(),
+            "nometasync".into(),
+            "--policy".into(),
+            "best-fit".into(),
+            "--page-size".into(),
+            "8192".into(),
+            "--write-mode".into(),
+            "rnd".into(),
+            "--seed".into(),
+            "42".into(),
+            "--path".into(),
+            s(p).to_string(),
+        ]
+    };
+    let mut keep = args(&kept);
+    keep.push("--keep".into());
+    let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
+    let r = ok(&keep);
+    assert!(
+        r.stdout.contains("write: 1500 inserts in 6 commits"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("kept afterwards"), "{}", r.stdout);
+    // The kept file holds the keys: 10-byte big-endian counters, in the default tree.
+    assert_eq!(ok(&["check", s(&kept)]).stdout.lines().next(), Some("ok"));
+    let info = parse_json(&ok(&["info", s(&kept), "--json"]));
+    assert_eq!(info.get("page_size").u64(), 8192);
+    let stat = parse_json(&ok(&["stat", s(&kept), "--json"]));
+    assert_eq!(stat.get("trees").arr()[0].get("entries").u64(), 1500);
+    let v = ok(&["get", s(&kept), "000000000000000005db", "--hex"]).stdout;
+    assert_eq!(v.len(), 2 * 5000 + 1);
+    assert!(
+        v.starts_with("db05000000000000"),
+        "value starts with the counter"
+    );
+
+    // An existing path is refused, and left alone.
+    let before = std::fs::read(&kept).unwrap();
+    let again: Vec<String> = args(&kept);
+    let again: Vec<&str> = again.iter().map(String::as_str).collect();
+    let r = run(&again);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("already exists"), "{}", r.stderr);
+    assert!(std::fs::read(&kept).unwrap() == before);
+
+    // Without --keep, a given path is removed at the end.
+    let gone = dir.path().join("gone.larch");
+    let a = args(&gone);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    ok(&a);
+    assert!(!gone.exists());
+
+    for bad in [
+        &["bench", "--count", "0"][..],
+        &["bench", "--batch-size", "0"],
+        &["bench", "--key-size", "0"],
+        &["bench", "--key-size", "2000"],
+        &["bench", "--key-size", "1", "--count", "257"],
+        &["bench", "--write-mode", "sideways"],
+        &["bench", "--read-mode", "pwrite"],
+        &["bench", "--durability", "sometimes"],
+        &["bench", "--policy", "best-guess"],
+        &["bench", "--page-size", "1000"],
+        &["bench", "--count", "many"],
+    ] {
+        let r = run(bad);
+        assert_eq!(r.code, 2, "larch {bad:?}: {}", r.stderr);
+    }
+    // One byte holds 256 distinct keys.
+    let r = ok(&[
+        "bench",
+        "--key-size",
+        "1",
+        "--count",
+        "256",
+        "--durability",
+        "async",
+    ]);
+    assert!(r.stdout.contains("read: 256 gets"), "{}", r.stdout);
 }

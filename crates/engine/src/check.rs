@@ -338,7 +338,7 @@ impl Db {
             txid: meta.txid,
             ..Default::default()
         };
-        let opened = &self.inner.opened;
+        let opened = &rx.core().opened;
         if opened.other_damaged {
             report.notes.push(format!(
                 "meta fallback: the other meta page is damaged ({}); the database opened at txid {}",
@@ -393,8 +393,8 @@ impl Db {
                     );
                 }
                 // The writer's in-memory free space must be exactly the unreachable pages.
-                if let Some(w) = self.inner.writer.try_lock() {
-                    if w.committed.txid == meta.txid && !self.inner.opts.read_only {
+                if let Some(w) = rx.core().writer.try_lock() {
+                    if w.committed.txid == meta.txid && !rx.core().opts.read_only {
                         let mut mem = vec![0u64; words];
                         let mut mark = |p: PageId, n: u64| {
                             for q in p..p + n {

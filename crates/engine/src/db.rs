@@ -1,10 +1,11 @@
 //! The database handle: open, snapshots and the reader table, the writer lock, sync, close.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use larch_freelist::FreeSpace;
 use larch_pager::{Map, Meta, OpenedMetas, Pager, PagerOptions, Storage};
@@ -61,13 +62,35 @@ pub(crate) struct WriterState {
     pub reader_pinned: crate::unpinned::ReaderPinned,
 }
 
+/// One open file: its pager, snapshots and writer state. Background compaction replaces the
+/// whole `Inner` of a handle with one for the compacted file; readers keep the old one.
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub pager: Pager,
     pub opts: Options,
     pub shared: Mutex<Shared>,
-    pub writer: Mutex<WriterState>,
+    pub writer: Arc<Mutex<WriterState>>,
     pub opened: OpenedMetas,
+    /// Replaced by a compacted file: writers that waited for its lock must start over.
+    pub retired: AtomicBool,
+}
+
+/// What every clone of a `Db` shares.
+#[derive(Debug)]
+pub(crate) struct Handle {
+    pub path: PathBuf,
+    pub opts: Options,
+    pub core: RwLock<Arc<Inner>>,
+    /// Live `Db` clones; the last one to drop stops a running compaction.
+    pub handles: AtomicUsize,
+    pub compaction: crate::autocompact::Compaction,
+}
+
+impl Handle {
+    /// The current file.
+    pub(crate) fn core(&self) -> Arc<Inner> {
+        self.core.read().clone()
+    }
 }
 
 /// An open database file. `Send + Sync`: share it between threads by reference or `Arc`.
@@ -83,9 +106,28 @@ pub(crate) struct Inner {
 /// assert_eq!(rx.open_tree("users")?.get(b"alice")?, Some(&b"1"[..]));
 /// # Ok::<(), larch_engine::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Db {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) handle: Arc<Handle>,
+}
+
+impl Clone for Db {
+    fn clone(&self) -> Self {
+        self.handle.handles.fetch_add(1, Ordering::AcqRel);
+        Db {
+            handle: self.handle.clone(),
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if self.handle.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last handle: a background compaction must not outlive it (it would keep the
+            // file locked after the user closed it).
+            self.handle.compaction.stop();
+        }
+    }
 }
 
 impl Db {
@@ -99,6 +141,13 @@ impl Db {
                 opts.page_size
             )));
         }
+        if let Some(t) = opts.compaction_threshold {
+            if !(t > 0.0 && t < 1.0) {
+                return Err(Error::InvalidOption(format!(
+                    "compaction threshold {t} is not a fraction between 0 and 1"
+                )));
+            }
+        }
         let popts = PagerOptions {
             page_size: opts.page_size,
             write_mode: opts.write_mode,
@@ -107,7 +156,24 @@ impl Db {
             create: opts.create,
         };
         let (pager, opened) = Pager::open(path, popts)?;
-        Self::from_pager(pager, opened, opts)
+        Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
+    }
+
+    fn wrap(inner: Inner) -> Db {
+        Db {
+            handle: Arc::new(Handle {
+                path: inner.pager.path().to_path_buf(),
+                opts: inner.opts,
+                core: RwLock::new(Arc::new(inner)),
+                handles: AtomicUsize::new(1),
+                compaction: Default::default(),
+            }),
+        }
+    }
+
+    /// The current file's state.
+    pub(crate) fn inner(&self) -> Arc<Inner> {
+        self.handle.core()
     }
 
     /// Open an existing database whose writes, syncs and resizes go through `storage`
@@ -126,10 +192,10 @@ impl Db {
             create: false,
         };
         let (pager, opened) = Pager::open_storage(path.as_ref(), storage, popts)?;
-        Self::from_pager(pager, opened, opts)
+        Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
     }
 
-    fn from_pager(pager: Pager, opened: OpenedMetas, opts: Options) -> Result<Db> {
+    pub(crate) fn from_pager(pager: Pager, opened: OpenedMetas, opts: Options) -> Result<Inner> {
         let meta = opened.current;
         let map = pager.map();
         let mut free = FreeSpace::new(opts.policy);
@@ -145,7 +211,7 @@ impl Db {
                 current: Arc::new(Snapshot { meta, map }),
                 readers: BTreeMap::new(),
             }),
-            writer: Mutex::new(WriterState {
+            writer: Arc::new(Mutex::new(WriterState {
                 free,
                 committed: meta,
                 previous: meta,
@@ -153,71 +219,68 @@ impl Db {
                 meta_unsynced: None,
                 meta_written: meta.txid,
                 reader_pinned: Default::default(),
-            }),
+            })),
             pager,
             opts,
             opened,
+            retired: AtomicBool::new(false),
         };
-        Ok(Db {
-            inner: Arc::new(inner),
-        })
+        Ok(inner)
     }
 
     /// Begin a read transaction: a snapshot of the newest commit. Any number, on any thread;
     /// readers never block the writer or each other.
     pub fn begin_read(&self) -> Result<ReadTx> {
-        if self.inner.pager.is_poisoned() {
-            // After a failed sync the file's contents are unknown: refuse to read from it.
-            self.inner.pager.check_writable()?;
-        }
-        let snap = {
-            let mut s = self.inner.shared.lock();
-            let snap = s.current.clone();
-            *s.readers.entry(snap.meta.txid).or_insert(0) += 1;
-            snap
-        };
-        Ok(ReadTx::new(self.inner.clone(), snap))
+        self.inner().begin_read()
     }
 
     /// Begin the write transaction, waiting for the current one to end. (Do not call this, or
     /// [`Db::sync`], on a thread that already holds a write transaction: it would wait forever.)
     pub fn begin_write(&self) -> Result<WriteTx<'_>> {
-        WriteTx::begin(&self.inner)
+        WriteTx::begin(&self.handle)
     }
 
     /// Make every commit so far durable (Async and NoMetaSync ones included).
     pub fn sync(&self) -> Result<()> {
-        self.inner.pager.check_writable()?;
-        let mut w = self.inner.writer.lock();
-        crate::durability::sync_all(&self.inner, &mut w)
+        loop {
+            let inner = self.inner();
+            inner.pager.check_writable()?;
+            let mut w = inner.writer.lock();
+            if inner.retired.load(Ordering::Acquire) {
+                continue;
+            }
+            return crate::durability::sync_all(&inner, &mut w);
+        }
     }
 
     /// What this handle has written and synced so far (for benchmarks: write calls are
     /// separate runs of pages, i.e. seeks).
     pub fn io_stats(&self) -> IoStats {
         use std::sync::atomic::Ordering::Relaxed;
-        let c = self.inner.pager.counters();
+        let inner = self.inner();
+        let c = inner.pager.counters();
+        let commits = inner.writer.lock().committed.txid;
         IoStats {
             write_calls: c.write_calls.load(Relaxed),
             bytes_written: c.bytes_written.load(Relaxed),
             syncs: c.syncs.load(Relaxed),
-            commits: self.inner.writer.lock().committed.txid,
+            commits,
         }
     }
 
     /// The file's path.
     pub fn path(&self) -> &Path {
-        self.inner.pager.path()
+        &self.handle.path
     }
 
     /// The file's page size.
     pub fn page_size(&self) -> usize {
-        self.inner.pager.page_size()
+        self.inner().pager.page_size()
     }
 
     /// The options it was opened with.
     pub fn options(&self) -> Options {
-        self.inner.opts
+        self.handle.opts
     }
 }
 
@@ -229,6 +292,21 @@ impl WriterState {
 }
 
 impl Inner {
+    /// A snapshot of this file's newest commit, registered in its reader table.
+    pub(crate) fn begin_read(self: &Arc<Self>) -> Result<ReadTx> {
+        if self.pager.is_poisoned() {
+            // After a failed sync the file's contents are unknown: refuse to read from it.
+            self.pager.check_writable()?;
+        }
+        let snap = {
+            let mut s = self.shared.lock();
+            let snap = s.current.clone();
+            *s.readers.entry(snap.meta.txid).or_insert(0) += 1;
+            snap
+        };
+        Ok(ReadTx::new(self.clone(), snap))
+    }
+
     /// The newest snapshot and the oldest txid any reader holds.
     pub(crate) fn snapshot_and_oldest_reader(&self) -> (Arc<Snapshot>, Option<TxId>) {
         let s = self.shared.lock();
@@ -268,7 +346,8 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         // Close makes Async commits durable; errors have nowhere to go (call Db::sync to see them).
-        if !self.pager.read_only() && !self.pager.is_poisoned() {
+        let retired = self.retired.load(Ordering::Acquire);
+        if !self.pager.read_only() && !self.pager.is_poisoned() && !retired {
             let mut w = self.writer.lock();
             let _ = crate::durability::sync_all(self, &mut w);
         }

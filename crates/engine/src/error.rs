@@ -44,6 +44,8 @@ pub enum Error {
     },
     /// An option with a value that cannot work.
     InvalidOption(String),
+    /// A background compaction did not finish (the old file stays in use).
+    Compaction(String),
 }
 
 impl From<PagerError> for Error {
@@ -96,6 +98,7 @@ impl fmt::Display for Error {
                 )
             }
             Error::InvalidOption(why) => write!(f, "invalid option: {why}"),
+            Error::Compaction(why) => write!(f, "background compaction failed: {why}"),
         }
     }
 }

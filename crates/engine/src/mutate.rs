@@ -156,6 +156,9 @@ impl WriteTx<'_> {
 
     fn insert_at(&mut self, id: usize, key: &[u8], val: Val) -> Result<Inserted> {
         let existed;
+        // Did the new entry land at the end of this node? Then keys are likely arriving in
+        // order, and a split should leave the left node full, not half full.
+        let mut at_end = false;
         if self.nodes[id].leaf {
             let n = self.node_mut(id);
             match n.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
@@ -168,6 +171,7 @@ impl WriteTx<'_> {
                 }
                 Err(i) => {
                     n.size += Node::leaf_entry_size(key, &val);
+                    at_end = i == n.keys.len();
                     n.keys.insert(i, key.to_vec());
                     n.vals.insert(i, val);
                     existed = false;
@@ -183,18 +187,21 @@ impl WriteTx<'_> {
             if let Some((sep, right)) = split {
                 let n = self.node_mut(id);
                 n.size += Node::branch_entry_size(&sep);
+                at_end = i + 1 == n.kids.len();
                 n.keys.insert(i + 1, sep);
                 n.kids.insert(i + 1, Child::Node(right));
             }
         }
         if self.nodes[id].size > self.limits.capacity {
-            return Ok((existed, Some(self.split(id))));
+            return Ok((existed, Some(self.split(id, at_end))));
         }
         Ok((existed, None))
     }
 
-    /// Split an overfull node in two; returns the separator and the new right node.
-    fn split(&mut self, id: usize) -> (Vec<u8>, usize) {
+    /// Split an overfull node in two; returns the separator and the new right node. With
+    /// `fill_left` (an append at the end) the left node keeps as much as fits, so keys loaded
+    /// in order fill their pages; otherwise the halves are as even as possible.
+    fn split(&mut self, id: usize, fill_left: bool) -> (Vec<u8>, usize) {
         let cap = self.limits.capacity;
         let n = &self.nodes[id];
         let sizes: Vec<usize> = (0..n.keys.len()).map(|i| n.entry_size(i)).collect();
@@ -212,7 +219,11 @@ impl WriteTx<'_> {
                 total - left - n.keys[at].len()
             };
             if left <= cap && right <= cap {
-                let diff = left.abs_diff(right);
+                let diff = if fill_left {
+                    cap - left
+                } else {
+                    left.abs_diff(right)
+                };
                 if diff < best_diff {
                     best_diff = diff;
                     best = at;
@@ -382,7 +393,7 @@ impl WriteTx<'_> {
             return Ok(());
         }
         // Redistribute: split the combined node again at its most even point.
-        let (new_sep, tmp) = self.split(l);
+        let (new_sep, tmp) = self.split(l, false);
         // `split` allocated a fresh page for the new right half; keep the old right page.
         let tmp_page = self.nodes[tmp].page;
         self.free_fresh(tmp_page, 1);

@@ -64,6 +64,8 @@ pub struct Options {
     pub(crate) verify_checksums: bool,
     pub(crate) read_only: bool,
     pub(crate) create: bool,
+    pub(crate) compaction_threshold: Option<f64>,
+    pub(crate) compaction_min_bytes: u64,
 }
 
 impl Default for Options {
@@ -77,6 +79,8 @@ impl Default for Options {
             verify_checksums: false,
             read_only: false,
             create: true,
+            compaction_threshold: None,
+            compaction_min_bytes: 4 << 20,
         }
     }
 }
@@ -123,6 +127,18 @@ impl Options {
     /// Create the file if it is missing (default true).
     pub fn create(mut self, on: bool) -> Self {
         self.create = on;
+        self
+    }
+    /// Compact in the background when a commit leaves more than this fraction of the file's
+    /// pages dead (ForestDB's default is 0.30), once the file is over
+    /// [`Options::compaction_min_bytes`]. `None` (the default) never compacts on its own.
+    pub fn compaction_threshold(mut self, t: Option<f64>) -> Self {
+        self.compaction_threshold = t;
+        self
+    }
+    /// Smallest file that threshold compaction considers (default 4 MiB).
+    pub fn compaction_min_bytes(mut self, bytes: u64) -> Self {
+        self.compaction_min_bytes = bytes;
         self
     }
     /// The page size that a new file would get.

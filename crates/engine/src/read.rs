@@ -29,6 +29,11 @@ impl ReadTx {
         self.snap.meta.txid
     }
 
+    /// The file this snapshot reads.
+    pub(crate) fn core(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
     pub(crate) fn meta(&self) -> larch_pager::Meta {
         self.snap.meta
     }

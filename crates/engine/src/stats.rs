@@ -149,7 +149,7 @@ impl Db {
             trees.push(tree_stats(&view, name, &root, PageRole::Data)?);
         }
         let (oldest, readers) = {
-            let s = self.inner.shared.lock();
+            let s = rx.core().shared.lock();
             // Our own reader is in the table; do not count it.
             let mut readers = s.readers.clone();
             if let Some(n) = readers.get_mut(&rx.txid()) {
@@ -160,7 +160,7 @@ impl Db {
             }
             (readers.keys().next().copied(), readers.values().sum())
         };
-        let (durable, free_pages, pending_pages, pinned) = match self.inner.writer.try_lock() {
+        let (durable, free_pages, pending_pages, pinned) = match rx.core().writer.try_lock() {
             Some(w) => {
                 // Freed by a transaction newer than the oldest reader's snapshot: it can see them.
                 let pinned = oldest.map_or(0, |o| {
@@ -172,7 +172,7 @@ impl Db {
             }
             None => (meta.txid, meta.unreachable_pages, 0, 0),
         };
-        let opened = &self.inner.opened;
+        let opened = &rx.core().opened;
         let dead = meta.high_water.saturating_sub(meta.live_pages);
         Ok(Stats {
             page_size: meta.page_size as usize,
@@ -186,7 +186,7 @@ impl Db {
                     opened.current.txid
                 )
             }),
-            file_bytes: self.inner.pager.file_len(),
+            file_bytes: rx.core().pager.file_len(),
             high_water: meta.high_water,
             live_pages: meta.live_pages,
             free_pages,

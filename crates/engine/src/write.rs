@@ -8,11 +8,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use parking_lot::MutexGuard;
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+
+use parking_lot::{ArcMutexGuard, RawMutex};
 
 use larch_pager::{Map, Meta, PageRole, TreeRoot};
 
-use crate::db::{Inner, Snapshot, WriterState};
+use crate::db::{Db, Handle, Inner, Snapshot, WriterState};
 use crate::error::{Error, Result};
 use crate::node::{Child, Limits, Node};
 use crate::options::Durability;
@@ -66,8 +69,10 @@ pub(crate) enum Undo {
 /// A write transaction. Only one exists at a time; [`crate::Db::begin_write`] waits for the
 /// previous one to end. Dropping it without [`WriteTx::commit`] aborts it.
 pub struct WriteTx<'db> {
-    pub(crate) db: &'db Inner,
-    pub(crate) w: MutexGuard<'db, WriterState>,
+    pub(crate) db: Arc<Inner>,
+    pub(crate) w: ArcMutexGuard<RawMutex, WriterState>,
+    handle: Arc<Handle>,
+    _db: PhantomData<&'db Db>,
     pub(crate) base: Arc<Snapshot>,
     /// Latest map: covers overflow runs this transaction wrote past the old end of file.
     pub(crate) map: Arc<Map>,
@@ -97,9 +102,17 @@ impl std::fmt::Debug for WriteTx<'_> {
 }
 
 impl<'db> WriteTx<'db> {
-    pub(crate) fn begin(db: &'db Inner) -> Result<WriteTx<'db>> {
-        db.pager.check_writable()?;
-        let mut w = db.writer.lock();
+    pub(crate) fn begin(handle: &'db Arc<Handle>) -> Result<WriteTx<'db>> {
+        // Wait for the writer lock of the current file; if background compaction replaced the
+        // file meanwhile, start over on the new one.
+        let (db, mut w) = loop {
+            let db = handle.core();
+            db.pager.check_writable()?;
+            let w = db.writer.lock_arc();
+            if !db.retired.load(Ordering::Acquire) {
+                break (db, w);
+            }
+        };
         db.pager.check_writable()?;
         let (base, oldest) = db.snapshot_and_oldest_reader();
         // Pages freed by T may be overwritten once no reader is older than T and T is durable
@@ -117,6 +130,8 @@ impl<'db> WriteTx<'db> {
         let limits = Limits::new(meta.page_size as usize);
         let map = db.pager.map();
         Ok(WriteTx {
+            handle: handle.clone(),
+            _db: PhantomData,
             db,
             base,
             map,
@@ -131,7 +146,7 @@ impl<'db> WriteTx<'db> {
             names: HashMap::new(),
             undo: Vec::new(),
             bits: BTreeMap::new(),
-            durability: db.opts.durability,
+            durability: handle.opts.durability,
             compacting: false,
             done: false,
             w,
@@ -382,6 +397,9 @@ impl<'db> WriteTx<'db> {
             self.rollback();
         }
         self.done = true;
+        if r.is_ok() {
+            crate::autocompact::maybe_start(&self.handle, &self.db, &self.w.committed);
+        }
         r
     }
 
@@ -418,7 +436,7 @@ impl<'db> WriteTx<'db> {
         // 4. Durability.
         let durability = self.durability;
         let prev = self.w.committed;
-        crate::durability::commit_meta(self.db, &mut self.w, prev, meta, durability)?;
+        crate::durability::commit_meta(&self.db, &mut self.w, prev, meta, durability)?;
         // 5. Publish.
         self.undo.clear();
         self.db.publish(meta);

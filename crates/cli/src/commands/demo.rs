@@ -25,15 +25,6 @@ pub struct DemoArgs {
     pub count: u64,
 }
 
-/// A temporary directory removed on drop, even when the demo fails halfway.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// splitmix64: a bijection on u64, so keys are distinct and arrive in random order, which
 /// gives realistic page splits and fill instead of a sorted append.
 fn mix(i: u64) -> u64 {
@@ -81,19 +72,9 @@ pub fn run(a: DemoArgs) -> CliResult {
         }
         Some(p) => (None, p.clone()),
         None => {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let dir =
-                std::env::temp_dir().join(format!("larch-demo-{}-{nanos}", std::process::id()));
-            std::fs::create_dir(&dir).map_err(|e| {
-                CliError::failed(format!(
-                    "{}: cannot create a directory for the demo: {e}",
-                    dir.display()
-                ))
-            })?;
-            let path = dir.join("demo.larch");
-            (Some(TempDir(dir)), path)
+            let dir = super::TempDir::new("demo")?;
+            let path = dir.path().join("demo.larch");
+            (Some(dir), path)
         }
     };
     let db = crate::open::writable(&path, Options::default())?;

@@ -1,0 +1,266 @@
+//! Background compaction by dead-data threshold (`Options::compaction_threshold`, as in
+//! ForestDB): when a commit leaves more than that fraction of the file's pages dead and the
+//! file is over a minimum size, a thread copies the live data to a new file, catches up with
+//! the commits made meanwhile, and atomically puts the new file in place of the old.
+//!
+//! The switch (docs/format.md, "Compaction"): with the writer lock held, the last commits are
+//! applied to the new file and it is synced; then it is renamed over the old path and the
+//! directory synced; then the handle's current file becomes the new one. A crash before the
+//! rename leaves the old file (whole); after it, the new file (whole and synced). Readers that
+//! began before the switch keep reading the old file through their own mapping.
+
+use std::collections::BTreeSet;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+
+use larch_pager::{FileStorage, Meta};
+
+use crate::compact::{copy_snapshot, CompactReport};
+use crate::db::{Db, Handle, Inner};
+use crate::error::{Error, Result};
+use crate::options::Durability;
+use crate::read::ReadTx;
+
+/// Catch-up rounds before the writer is held off for the last one.
+const CATCH_UP_ROUNDS: usize = 4;
+
+/// The background compaction of one handle.
+#[derive(Debug, Default)]
+pub(crate) struct Compaction {
+    running: AtomicBool,
+    cancel: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    last: Mutex<Option<std::result::Result<CompactReport, String>>>,
+    completed: AtomicU64,
+}
+
+impl Compaction {
+    /// Stop a running compaction (it leaves the old file in place) and wait for its thread.
+    pub(crate) fn stop(&self) {
+        self.cancel.store(true, Ordering::Release);
+        self.join();
+    }
+
+    fn join(&self) {
+        let t = self.thread.lock().take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+
+    fn cancelled(&self) -> Result<()> {
+        if self.cancel.load(Ordering::Acquire) {
+            return Err(Error::Compaction("stopped: the database is closing".into()));
+        }
+        Ok(())
+    }
+}
+
+/// After a commit of `meta` on `inner`: start a compaction if the threshold says so.
+pub(crate) fn maybe_start(handle: &Arc<Handle>, inner: &Inner, meta: &Meta) {
+    let Some(threshold) = handle.opts.compaction_threshold else {
+        return;
+    };
+    let c = &handle.compaction;
+    if c.cancel.load(Ordering::Acquire) || meta.high_water == 0 {
+        return;
+    }
+    let dead = meta.unreachable_pages as f64 / meta.high_water as f64;
+    if dead <= threshold || inner.pager.file_len() < handle.opts.compaction_min_bytes {
+        return;
+    }
+    if c.running.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // A previous run has finished (running was false): reap its thread.
+    c.join();
+    let h = handle.clone();
+    let spawned = std::thread::Builder::new()
+        .name("larch-compact".into())
+        .spawn(move || {
+            let r = run(&h);
+            if r.is_ok() {
+                h.compaction.completed.fetch_add(1, Ordering::AcqRel);
+            }
+            *h.compaction.last.lock() = Some(r.map_err(|e| e.to_string()));
+            h.compaction.running.store(false, Ordering::Release);
+        });
+    match spawned {
+        Ok(t) => *c.thread.lock() = Some(t),
+        Err(_) => c.running.store(false, Ordering::Release),
+    }
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.join(format!(".{name}.autocompact.{}", std::process::id()))
+}
+
+fn run(h: &Arc<Handle>) -> Result<CompactReport> {
+    let tmp = temp_path(&h.path);
+    let _ = std::fs::remove_file(&tmp);
+    let r = switch(h, &tmp);
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
+    Error::Pager(larch_pager::PagerError::Io {
+        op,
+        path: path.to_path_buf(),
+        source: e,
+    })
+}
+
+fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
+    let old = h.core();
+    let before = old.pager.file_len();
+    let mut base = old.begin_read()?;
+    copy_snapshot(&base, before, tmp)?;
+    h.compaction.cancelled()?;
+    // Open the copy under the final path's name (for messages); it keeps its own lock.
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(tmp)
+        .map_err(|e| io_err("open compacted file", tmp, e))?;
+    let mut opts = h.opts;
+    opts.compaction_threshold = None;
+    let storage = Box::new(FileStorage::new(file, opts.write_mode));
+    let new = Db::open_with_storage(&h.path, storage, opts)?;
+    // Catch up with commits made during the copy, while writers carry on.
+    for _ in 0..CATCH_UP_ROUNDS {
+        h.compaction.cancelled()?;
+        let cur = old.begin_read()?;
+        if cur.txid() == base.txid() {
+            break;
+        }
+        apply_diff(&base, &cur, &new, Durability::Async)?;
+        base = cur;
+    }
+    // The last round holds the writer off, so nothing is missed; then switch files.
+    let w = old.writer.lock_arc();
+    h.compaction.cancelled()?;
+    if old.retired.load(Ordering::Acquire) {
+        return Err(Error::Compaction("the file was replaced meanwhile".into()));
+    }
+    let cur = old.begin_read()?;
+    apply_diff(&base, &cur, &new, Durability::Sync)?;
+    new.sync()?;
+    drop((cur, base));
+    std::fs::rename(tmp, &h.path)
+        .map_err(|e| io_err("rename compacted file into place", &h.path, e))?;
+    let dir = h
+        .path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    larch_pager::sync_dir(&dir).map_err(|e| io_err("fsync directory", &dir, e))?;
+    let inner = new.inner();
+    let after = inner.pager.file_len();
+    *h.core.write() = inner;
+    old.retired.store(true, Ordering::Release);
+    drop(w);
+    Ok(CompactReport {
+        before_bytes: before,
+        after_bytes: after,
+    })
+}
+
+/// Apply to `new` every change between snapshots `base` and `cur` of the old file. Trees
+/// whose root page did not change are skipped (copy-on-write: same page, same contents).
+fn apply_diff(base: &ReadTx, cur: &ReadTx, new: &Db, d: Durability) -> Result<()> {
+    let mut tx = new.begin_write()?;
+    tx.set_durability(d);
+    let before: BTreeSet<String> = base.tree_names()?.into_iter().collect();
+    let after: BTreeSet<String> = cur.tree_names()?.into_iter().collect();
+    for gone in before.difference(&after) {
+        tx.delete_tree(gone)?;
+    }
+    for name in &after {
+        let c = cur.open_tree(name)?;
+        let b = if before.contains(name) {
+            Some(base.open_tree(name)?)
+        } else {
+            None
+        };
+        if b.as_ref().is_some_and(|b| b.root() == c.root()) {
+            continue;
+        }
+        let mut t = tx.open_tree(name)?;
+        let mut old_it = match &b {
+            Some(b) => Some(b.iter()?.peekable()),
+            None => None,
+        };
+        for entry in c.iter()? {
+            let (k, v) = entry?;
+            // Entries of the old tree before k are gone.
+            if let Some(it) = old_it.as_mut() {
+                while let Some(Ok((ok, _))) = it.peek() {
+                    if *ok >= k {
+                        break;
+                    }
+                    let gone = ok.to_vec();
+                    it.next();
+                    t.remove(&gone)?;
+                }
+                if let Some(Err(_)) = it.peek() {
+                    if let Some(Err(e)) = it.next() {
+                        return Err(e);
+                    }
+                }
+                if let Some(Ok((ok, ov))) = it.peek() {
+                    if *ok == k {
+                        let same = *ov == v;
+                        it.next();
+                        if same {
+                            continue;
+                        }
+                    }
+                }
+            }
+            t.insert(k, v)?;
+        }
+        if let Some(it) = old_it {
+            for entry in it {
+                let (ok, _) = entry?;
+                t.remove(ok)?;
+            }
+        }
+    }
+    tx.commit()
+}
+
+impl Db {
+    /// Wait for a background compaction (if one runs) to finish; its result, or None if
+    /// none has run since the last call.
+    pub fn wait_for_compaction(&self) -> Result<Option<CompactReport>> {
+        self.handle.compaction.join();
+        match self.handle.compaction.last.lock().take() {
+            None => Ok(None),
+            Some(Ok(r)) => Ok(Some(r)),
+            Some(Err(e)) => Err(Error::Compaction(e)),
+        }
+    }
+
+    /// Background compactions completed by this handle.
+    pub fn compactions(&self) -> u64 {
+        self.handle.compaction.completed.load(Ordering::Acquire)
+    }
+}
