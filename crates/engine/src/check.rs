@@ -184,7 +184,7 @@ impl Checker<'_> {
             self.problem(
                 Some(id),
                 format!(
-                    "tree {name:?}: {} at level {level} of a tree of depth",
+                    "tree {name:?}: a {} at level {level} (leaves are level 1)",
                     if page.leaf { "leaf" } else { "branch" }
                 ),
             );
@@ -216,8 +216,8 @@ impl Checker<'_> {
             prev = Some(k);
         }
         if page.leaf {
-            if page.count == 0 && level != 0 && id != 0 && self.meta.txid != 0 {
-                // An empty leaf is only legal as... nowhere: empty trees have no root page.
+            if page.count == 0 {
+                // Never legal: an empty tree has no root page, and merges remove empty leaves.
                 self.problem(Some(id), "empty leaf");
             }
             for i in 0..page.count {
