@@ -369,6 +369,7 @@ fn exhaustive(label: &str, steps: &[Step], opts: Options) -> usize {
             Image::DurableOnly,
             Image::Everything,
             Image::Random(k as u64 * 7919 + 1),
+            Image::Random(k as u64 * 104_729 + 3),
         ] {
             verify_cut(&trace, k, how, dir.path(), label);
             cuts += 1;
@@ -435,6 +436,35 @@ fn every_cut_of_sync_commits_under_null_policy_opens_at_a_whole_committed_state(
         "sync/null",
         &script_structure(Durability::Sync),
         Options::default().policy(Policy::Null),
+    );
+}
+
+#[test]
+fn every_cut_of_one_fsync_commits_with_overflow_values_finds_any_missing_page() {
+    // One-fsync commits list every page they wrote, overflow runs included; a cut that loses
+    // any of them must fall back to the previous commit.
+    let mut s = Vec::new();
+    for round in 0..24u64 {
+        let big = 5_000 + (round as usize * 7_919) % 60_000;
+        s.push(Step::Put(
+            "o",
+            format!("big{}", round % 5).into_bytes(),
+            val(round, big),
+        ));
+        s.push(Step::Put("o", key(round), val(round, 40)));
+        if round % 3 == 0 {
+            s.push(Step::Del(
+                "o",
+                format!("big{}", (round + 2) % 5).into_bytes(),
+            ));
+        }
+        s.push(Step::Commit(Durability::Sync));
+    }
+    exhaustive("one-fsync/overflow", &s, Options::default());
+    exhaustive(
+        "two-fsync/overflow",
+        &s,
+        Options::default().one_fsync_commit(false),
     );
 }
 

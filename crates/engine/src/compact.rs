@@ -305,6 +305,8 @@ pub(crate) fn copy_snapshot(rx: &ReadTx, src_bytes: u64, dest: &Path) -> Result<
             high_water: hwm,
             live_pages: hwm,
             unreachable_pages: 0,
+            manifest_runs: 0,
+            manifest_crc: 0,
         };
         pager.ensure_pages(hwm)?;
         pager.truncate(hwm)?;

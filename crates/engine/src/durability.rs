@@ -2,7 +2,7 @@
 //! protocol"). The rule that keeps a fallback: the meta slot being written never holds the
 //! last durable meta.
 
-use larch_pager::Meta;
+use larch_pager::{ManifestRun, Meta};
 
 use crate::db::{Inner, WriterState};
 use crate::error::Result;
@@ -45,8 +45,23 @@ pub(crate) fn commit_meta(
     prev: Meta,
     meta: Meta,
     d: Durability,
+    manifest: &[ManifestRun],
 ) -> Result<()> {
+    // One fdatasync covers pages and meta when recovery can check the pages (the manifest)
+    // and fall back to the previous commit, which must itself be durable already.
+    let one_fsync = d == Durability::Sync
+        && db.opts.one_fsync
+        && !manifest.is_empty()
+        && w.durable == prev.txid
+        && w.meta_unsynced.is_none();
     match d {
+        Durability::Sync if one_fsync => {
+            w.meta_written = w.meta_written.max(meta.txid);
+            db.pager.write_meta_with_manifest(&meta, manifest)?;
+            db.pager.sync()?;
+            w.durable = meta.txid;
+            db.trim_file(meta.high_water);
+        }
         Durability::Async => {}
         Durability::Sync | Durability::NoMetaSync => {
             sync_data(db, w)?;

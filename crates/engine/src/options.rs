@@ -66,6 +66,7 @@ pub struct Options {
     pub(crate) create: bool,
     pub(crate) compaction_threshold: Option<f64>,
     pub(crate) compaction_min_bytes: u64,
+    pub(crate) one_fsync: bool,
 }
 
 impl Default for Options {
@@ -81,6 +82,7 @@ impl Default for Options {
             create: true,
             compaction_threshold: None,
             compaction_min_bytes: 4 << 20,
+            one_fsync: true,
         }
     }
 }
@@ -134,6 +136,15 @@ impl Options {
     /// [`Options::compaction_min_bytes`]. `None` (the default) never compacts on its own.
     pub fn compaction_threshold(mut self, t: Option<f64>) -> Self {
         self.compaction_threshold = t;
+        self
+    }
+    /// Make a `Sync` commit durable with one fdatasync (the default): the meta lists the pages
+    /// its commit wrote, and recovery verifies them and falls back to the previous commit if
+    /// any is missing or torn. `false` keeps LMDB's protocol: pages, fdatasync, meta,
+    /// fdatasync. A commit whose page list does not fit the meta page, or that follows a
+    /// commit not yet durable, uses the two-sync protocol either way.
+    pub fn one_fsync_commit(mut self, on: bool) -> Self {
+        self.one_fsync = on;
         self
     }
     /// Smallest file that threshold compaction considers (default 4 MiB).

@@ -13,11 +13,11 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::{ArcMutexGuard, RawMutex};
 
-use larch_pager::{Map, Meta, PageRole, TreeRoot};
+use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
 use crate::db::{Db, Handle, Inner, Snapshot, WriterState};
 use crate::error::{Error, Result};
-use crate::node::{Child, Limits, Node};
+use crate::node::{Child, Limits, Node, Val};
 use crate::options::Durability;
 use crate::view::View;
 use crate::{PageId, TxId};
@@ -430,13 +430,15 @@ impl<'db> WriteTx<'db> {
             high_water: self.hwm,
             live_pages: self.hwm - self.w.unreachable_pages(),
             unreachable_pages: self.w.unreachable_pages(),
+            manifest_runs: 0,
+            manifest_crc: 0,
         };
         // 3. Write every dirty page.
-        self.write_dirty_pages()?;
+        let manifest = self.write_dirty_pages()?;
         // 4. Durability.
         let durability = self.durability;
         let prev = self.w.committed;
-        crate::durability::commit_meta(&self.db, &mut self.w, prev, meta, durability)?;
+        crate::durability::commit_meta(&self.db, &mut self.w, prev, meta, durability, &manifest)?;
         // 5. Publish.
         self.undo.clear();
         self.db.publish(meta);
@@ -483,7 +485,10 @@ impl<'db> WriteTx<'db> {
         }
     }
 
-    fn write_dirty_pages(&mut self) -> Result<()> {
+    /// Write every live dirty node; returns what was written as manifest runs (node pages and
+    /// the overflow runs this transaction wrote that its leaves still hold), or an empty list
+    /// if that does not fit a meta page (the commit then syncs twice).
+    fn write_dirty_pages(&mut self) -> Result<Vec<ManifestRun>> {
         let ps = self.limits.page_size;
         self.db.pager.ensure_pages(self.hwm)?;
         let mut order: Vec<usize> = (0..self.nodes.len())
@@ -512,7 +517,43 @@ impl<'db> WriteTx<'db> {
                 .write_pages(self.nodes[order[start]].page, &[&buf[start * ps..end * ps]])?;
             start = end;
         }
-        Ok(())
+        let mut manifest = Vec::new();
+        let mut start = 0;
+        while start < order.len() {
+            let mut end = start + 1;
+            while end < order.len()
+                && self.nodes[order[end]].page == self.nodes[order[end - 1]].page + 1
+            {
+                end += 1;
+            }
+            manifest.push(ManifestRun {
+                start: self.nodes[order[start]].page,
+                pages: (end - start) as u32,
+                overflow: false,
+            });
+            start = end;
+        }
+        for &i in &order {
+            for v in &self.nodes[i].vals {
+                if let Val::Overflow {
+                    page,
+                    len,
+                    fresh: true,
+                } = *v
+                {
+                    let pages = self.limits.overflow_pages(len) as u32;
+                    manifest.push(ManifestRun {
+                        start: page,
+                        pages,
+                        overflow: true,
+                    });
+                }
+            }
+        }
+        if manifest.len() > larch_pager::manifest_capacity(ps) {
+            manifest.clear();
+        }
+        Ok(manifest)
     }
 }
 

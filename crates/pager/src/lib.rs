@@ -21,7 +21,10 @@ mod storage;
 
 pub use error::{PagerError, Result};
 pub use map::{Advice, Map};
-pub use meta::{Meta, MetaSlot, TreeRoot, FORMAT_VERSION, MAGIC, META_SIZE};
+pub use meta::{
+    manifest_capacity, ManifestRun, Meta, MetaSlot, TreeRoot, FORMAT_VERSION, MAGIC,
+    MANIFEST_RUN_SIZE, META_SIZE,
+};
 pub use page::{
     page_checksum, raw_page_type, run_checksum, set_page_checksum, set_run_checksum,
     stored_checksum, PageHeader, PageRole, PageType, PAGE_HEADER_SIZE,

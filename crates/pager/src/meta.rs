@@ -11,10 +11,15 @@
 //! 72     8    high-water mark: first page id never used
 //! 80     8    live pages (reachable from this meta, metas included)
 //! 88     8    unreachable pages below the high-water mark (free + pending)
-//! 96     28   reserved, zero
+//! 96     4    manifest runs (0: a two-sync commit, nothing to verify)
+//! 100    4    crc32 of the manifest runs
+//! 104    20   reserved, zero
 //! 124    4    crc32 of bytes 0..124
+//! 128    12n  manifest: first page u64 | pages u32 (high bit: one overflow run, else n node pages)
 //! ```
-//! Commit T writes slot T % 2; open takes the valid meta with the highest txid.
+//! Commit T writes slot T % 2; open takes the valid meta with the highest txid. A one-fsync
+//! commit lists in its manifest every page it wrote, so recovery can check they all reached
+//! the disk (docs/format.md, "One-fsync commit").
 
 use crate::{PageId, TxId};
 
@@ -79,6 +84,48 @@ pub struct Meta {
     pub live_pages: u64,
     /// Pages below the high-water mark not reachable from this meta (free or pending).
     pub unreachable_pages: u64,
+    /// Runs in the manifest that follows the meta (0 for a two-sync commit).
+    pub manifest_runs: u32,
+    /// crc32 of the manifest runs.
+    pub manifest_crc: u32,
+}
+
+/// What a one-fsync commit wrote: `pages` node pages from `start`, or one overflow run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ManifestRun {
+    /// First page.
+    pub start: PageId,
+    /// Pages.
+    pub pages: u32,
+    /// One overflow run (one checksum over all its pages) rather than separate node pages.
+    pub overflow: bool,
+}
+
+/// Bytes of one manifest run.
+pub const MANIFEST_RUN_SIZE: usize = 12;
+const OVERFLOW_BIT: u32 = 1 << 31;
+
+impl ManifestRun {
+    fn encode(&self, b: &mut [u8]) {
+        b[0..8].copy_from_slice(&self.start.to_le_bytes());
+        let n = self.pages | if self.overflow { OVERFLOW_BIT } else { 0 };
+        b[8..12].copy_from_slice(&n.to_le_bytes());
+    }
+    fn decode(b: &[u8]) -> ManifestRun {
+        let mut s = [0u8; 8];
+        s.copy_from_slice(&b[0..8]);
+        let n = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+        ManifestRun {
+            start: u64::from_le_bytes(s),
+            pages: n & !OVERFLOW_BIT,
+            overflow: n & OVERFLOW_BIT != 0,
+        }
+    }
+}
+
+/// Runs that fit in a meta page of `page_size` bytes.
+pub fn manifest_capacity(page_size: usize) -> usize {
+    (page_size - META_SIZE) / MANIFEST_RUN_SIZE
 }
 
 /// Which of the two meta pages.
@@ -119,7 +166,42 @@ impl Meta {
             high_water: 2,
             live_pages: 2,
             unreachable_pages: 0,
+            manifest_runs: 0,
+            manifest_crc: 0,
         }
+    }
+
+    /// Encode a whole meta page: the meta and, after it, `manifest` (the counts and crc of
+    /// which are set from it).
+    pub fn encode_page(&self, manifest: &[ManifestRun], page_size: usize) -> Vec<u8> {
+        let mut page = vec![0u8; page_size];
+        let mut meta = *self;
+        let end = META_SIZE + manifest.len() * MANIFEST_RUN_SIZE;
+        for (i, r) in manifest.iter().enumerate() {
+            let at = META_SIZE + i * MANIFEST_RUN_SIZE;
+            r.encode(&mut page[at..at + MANIFEST_RUN_SIZE]);
+        }
+        meta.manifest_runs = manifest.len() as u32;
+        meta.manifest_crc = crc32fast::hash(&page[META_SIZE..end]);
+        page[..META_SIZE].copy_from_slice(&meta.encode());
+        page
+    }
+
+    /// The manifest that follows this meta in `page` (the whole meta page), checked against
+    /// its crc: an error means a torn or damaged meta.
+    pub fn manifest(&self, page: &[u8]) -> Result<Vec<ManifestRun>, String> {
+        let n = self.manifest_runs as usize;
+        let end = META_SIZE + n * MANIFEST_RUN_SIZE;
+        let Some(bytes) = page.get(META_SIZE..end) else {
+            return Err(format!("manifest of {n} runs does not fit the meta page"));
+        };
+        if crc32fast::hash(bytes) != self.manifest_crc {
+            return Err("manifest checksum mismatch (torn meta write)".into());
+        }
+        Ok(bytes
+            .chunks_exact(MANIFEST_RUN_SIZE)
+            .map(ManifestRun::decode)
+            .collect())
     }
 
     /// Encode into the first [`META_SIZE`] bytes, crc last.
@@ -134,6 +216,8 @@ impl Meta {
         b[72..80].copy_from_slice(&self.high_water.to_le_bytes());
         b[80..88].copy_from_slice(&self.live_pages.to_le_bytes());
         b[88..96].copy_from_slice(&self.unreachable_pages.to_le_bytes());
+        b[96..100].copy_from_slice(&self.manifest_runs.to_le_bytes());
+        b[100..104].copy_from_slice(&self.manifest_crc.to_le_bytes());
         let crc = crc32fast::hash(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -182,7 +266,15 @@ impl Meta {
             high_water: u64_at(72),
             live_pages: u64_at(80),
             unreachable_pages: u64_at(88),
+            manifest_runs: u32_at(96),
+            manifest_crc: u32_at(100),
         };
+        if meta.manifest_runs as usize > manifest_capacity(page_size as usize) {
+            return Err(format!(
+                "manifest of {} runs cannot fit a meta page",
+                meta.manifest_runs
+            ));
+        }
         if meta.high_water < 2 {
             return Err(format!("high-water mark {} is below 2", meta.high_water));
         }
@@ -220,6 +312,8 @@ mod tests {
             high_water: 12,
             live_pages: 6,
             unreachable_pages: 6,
+            manifest_runs: 0,
+            manifest_crc: 0,
         };
         let b = m.encode();
         assert_eq!(Meta::decode(&b).unwrap(), m);
@@ -228,5 +322,38 @@ mod tests {
             c[i] ^= 0x10;
             assert!(Meta::decode(&c).is_err(), "flip at {i} not detected");
         }
+    }
+}
+
+#[cfg(test)]
+mod manifest_tests {
+    use super::*;
+
+    #[test]
+    fn manifest_round_trips_and_a_torn_manifest_is_detected() {
+        let m = Meta::empty(4096);
+        let runs = vec![
+            ManifestRun {
+                start: 9,
+                pages: 3,
+                overflow: false,
+            },
+            ManifestRun {
+                start: 40,
+                pages: 17,
+                overflow: true,
+            },
+        ];
+        let page = m.encode_page(&runs, 4096);
+        let back = Meta::decode(&page).unwrap();
+        assert_eq!(back.manifest_runs, 2);
+        assert_eq!(back.manifest(&page).unwrap(), runs);
+        for at in META_SIZE..META_SIZE + 2 * MANIFEST_RUN_SIZE {
+            let mut torn = page.clone();
+            torn[at] ^= 1;
+            let meta = Meta::decode(&torn).unwrap();
+            assert!(meta.manifest(&torn).is_err(), "flip at {at} not detected");
+        }
+        assert_eq!(manifest_capacity(4096), 330);
     }
 }

@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 use crate::error::{PagerError, Result};
 use crate::lock::try_lock;
 use crate::map::{Advice, Map};
-use crate::meta::{Meta, MetaSlot, META_SIZE};
+use crate::meta::{ManifestRun, Meta, MetaSlot, META_SIZE};
+use crate::page::{run_checksum, stored_checksum, PageHeader, PAGE_HEADER_SIZE};
 use crate::storage::{FileStorage, Storage, WriteMode};
 use crate::{valid_page_size, PageId, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 
@@ -266,10 +267,15 @@ impl Pager {
 
     /// Write `meta` into its slot (txid % 2). Not durable until [`Pager::sync`].
     pub fn write_meta(&self, meta: &Meta) -> Result<()> {
+        self.write_meta_with_manifest(meta, &[])
+    }
+
+    /// Write `meta` followed by the manifest of pages its commit wrote (a one-fsync commit:
+    /// recovery verifies those pages before trusting the meta).
+    pub fn write_meta_with_manifest(&self, meta: &Meta, manifest: &[ManifestRun]) -> Result<()> {
         self.check_writable()?;
-        let mut page = vec![0u8; self.page_size];
+        let page = meta.encode_page(manifest, self.page_size);
         self.count_write(&[&page]);
-        page[..META_SIZE].copy_from_slice(&meta.encode());
         let slot = MetaSlot::for_txid(meta.txid);
         self.storage
             .write_at(slot.page() * self.page_size as u64, &[&page])
@@ -356,6 +362,9 @@ fn read_metas(path: &Path, file: &File, file_len: u64) -> Result<OpenedMetas> {
             break;
         }
     }
+    // A one-fsync commit's meta is only as good as the pages it lists: verify them.
+    let zero = zero.and_then(|m| verify_manifest(file, file_len, &m, 0));
+    let one = one.and_then(|m| verify_manifest(file, file_len, &m, m.page_size as u64));
     let zero_blank = is_blank(&zero);
     let one_blank = is_blank(&one);
     let (current, other, other_blank) = match (zero, one) {
@@ -436,4 +445,53 @@ fn create_file(path: &Path, page_size: usize) -> Result<()> {
 /// fsync a directory so a rename or link in it is durable.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Check that every page a one-fsync commit lists reached the disk whole: each object (a node
+/// page, or an overflow run) carries the commit's txid and a matching checksum. The meta at
+/// `offset` is rejected otherwise (its commit was cut short; the other meta is the fallback).
+fn verify_manifest(
+    file: &File,
+    file_len: u64,
+    meta: &Meta,
+    offset: u64,
+) -> std::result::Result<Meta, String> {
+    if meta.manifest_runs == 0 {
+        return Ok(*meta);
+    }
+    let ps = meta.page_size as u64;
+    let mut page = vec![0u8; ps as usize];
+    file.read_exact_at(&mut page, offset)
+        .map_err(|e| format!("cannot read meta page: {e}"))?;
+    let runs = meta.manifest(&page)?;
+    let torn = |p: u64, why: &str| {
+        format!(
+            "commit {} did not fully reach the disk: page {p} {why}",
+            meta.txid
+        )
+    };
+    for r in runs {
+        let objects: Vec<(u64, u64)> = if r.overflow {
+            vec![(r.start, r.pages as u64)]
+        } else {
+            (0..r.pages as u64).map(|i| (r.start + i, 1)).collect()
+        };
+        for (p, n) in objects {
+            let end = p.checked_add(n).filter(|&e| p >= 2 && e <= meta.high_water);
+            if end.is_none() || (p + n) * ps > file_len {
+                return Err(torn(p, "lies outside the file"));
+            }
+            let mut bytes = vec![0u8; (n * ps) as usize];
+            file.read_exact_at(&mut bytes, p * ps)
+                .map_err(|e| format!("cannot read page {p}: {e}"))?;
+            match PageHeader::read(&bytes[..PAGE_HEADER_SIZE]) {
+                Some(h) if h.txid == meta.txid => {}
+                _ => return Err(torn(p, "does not hold this commit's write")),
+            }
+            if stored_checksum(&bytes) != run_checksum(&bytes) {
+                return Err(torn(p, "is torn (checksum mismatch)"));
+            }
+        }
+    }
+    Ok(*meta)
 }

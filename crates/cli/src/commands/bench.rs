@@ -62,6 +62,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "POLICY", default_value = "first-fit", value_parser = crate::policy_parser())]
     pub policy: Policy,
     /// Page size of the new file.
+    /// Make Sync commits durable with two fdatasyncs (pages, then meta) instead of one.
+    #[arg(long)]
+    pub two_fsync: bool,
     #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = crate::parse_page_size)]
     pub page_size: usize,
     /// Seed of the shuffles for rnd orders.
@@ -110,7 +113,8 @@ pub fn run(a: BenchArgs) -> CliResult {
         .create(true)
         .durability(a.durability)
         .policy(a.policy)
-        .page_size(a.page_size);
+        .page_size(a.page_size)
+        .one_fsync_commit(!a.two_fsync);
     let db = crate::open::writable(&path, opts)?;
     let result = bench(&db, &a, &path).map_err(|e| match e {
         BenchError::Engine(e) => engine(&path, e),
