@@ -42,36 +42,12 @@ impl FreeSpacePolicy for BestFitPolicy {
         self.set.take_best_fit(n)
     }
 
-    fn allocate_lowest(&mut self, n: u64) -> Option<PageId> {
-        self.set.take_first_fit(n)
+    fn set(&self) -> &ExtentSet {
+        &self.set
     }
 
-    fn insert(&mut self, start: PageId, n: u64) {
-        self.set.insert(start, n);
-    }
-
-    fn remove(&mut self, start: PageId, n: u64) -> bool {
-        self.set.remove(start, n)
-    }
-
-    fn contains(&self, page: PageId) -> bool {
-        self.set.contains(page)
-    }
-
-    fn len(&self) -> u64 {
-        self.set.len()
-    }
-
-    fn truncate(&mut self, end: PageId) {
-        self.set.truncate(end);
-    }
-
-    fn tail_run(&self, end: PageId) -> u64 {
-        self.set.tail_run(end)
-    }
-
-    fn extents(&self) -> Vec<(PageId, u64)> {
-        self.set.extents()
+    fn set_mut(&mut self) -> &mut ExtentSet {
+        &mut self.set
     }
 }
 

@@ -1,6 +1,6 @@
 //! The interface every free-space policy implements.
 
-use crate::{PageId, PolicyKind};
+use crate::{ExtentSet, PageId, PolicyKind};
 
 /// The set of pages that may be overwritten now, and how runs of them are handed out.
 pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
@@ -19,27 +19,29 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
     /// [`allocate`](FreeSpacePolicy::allocate) never does. The default scans the extents
     /// (O(extents)); the policies in this crate override it without the intermediate `Vec`.
     fn allocate_lowest(&mut self, n: u64) -> Option<PageId> {
-        if n == 0 {
-            return None;
-        }
-        let (start, _) = self.extents().into_iter().find(|&(_, l)| l >= n)?;
-        let taken = self.remove(start, n);
-        debug_assert!(taken, "extents() listed pages the set does not hold");
-        taken.then_some(start)
+        self.set_mut().take_first_fit(n)
     }
 
     /// Make pages start..start+n reusable (they must not already be in the set; debug_assert it).
-    fn insert(&mut self, start: PageId, n: u64);
+    fn insert(&mut self, start: PageId, n: u64) {
+        self.set_mut().insert(start, n);
+    }
 
     /// Remove exactly pages start..start+n from the set (used to undo an insert); returns false
     /// and changes nothing if any of them is not in the set.
-    fn remove(&mut self, start: PageId, n: u64) -> bool;
+    fn remove(&mut self, start: PageId, n: u64) -> bool {
+        self.set_mut().remove(start, n)
+    }
 
     /// Is this page in the set?
-    fn contains(&self, page: PageId) -> bool;
+    fn contains(&self, page: PageId) -> bool {
+        self.set().contains(page)
+    }
 
     /// Number of pages in the set.
-    fn len(&self) -> u64;
+    fn len(&self) -> u64 {
+        self.set().len()
+    }
 
     /// Is the set empty?
     fn is_empty(&self) -> bool {
@@ -47,11 +49,24 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
     }
 
     /// Drop every page >= `end` from the set (the file was truncated to `end` pages).
-    fn truncate(&mut self, end: PageId);
+    fn truncate(&mut self, end: PageId) {
+        self.set_mut().truncate(end);
+    }
 
     /// Length of the run of set pages that ends exactly at `end` (pages end-k..end all in the set).
-    fn tail_run(&self, end: PageId) -> u64;
+    fn tail_run(&self, end: PageId) -> u64 {
+        self.set().tail_run(end)
+    }
 
     /// The set as sorted, coalesced extents (start, len).
-    fn extents(&self) -> Vec<(PageId, u64)>;
+    fn extents(&self) -> Vec<(PageId, u64)> {
+        self.set().extents()
+    }
+
+    /// The reusable pages themselves, which the methods above manage by default. A policy
+    /// differs from another only in which run `allocate` picks.
+    fn set(&self) -> &ExtentSet;
+
+    /// The reusable pages, for changing them.
+    fn set_mut(&mut self) -> &mut ExtentSet;
 }
