@@ -129,9 +129,8 @@ fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
 
 fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
     let old = h.core();
-    let before = old.pager.file_len();
     let mut base = old.begin_read()?;
-    copy_snapshot(&base, before, tmp)?;
+    copy_snapshot(&base, old.pager.file_len(), tmp)?;
     h.compaction.cancelled()?;
     // Open the copy under the final path's name (for messages); it keeps its own lock.
     let file = OpenOptions::new()
@@ -161,6 +160,8 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
     }
     let cur = old.begin_read()?;
     apply_diff(&base, &cur, &new, Durability::Sync)?;
+    // Both sizes at the switch: the old file kept growing while the copy ran.
+    let before = old.pager.file_len();
     new.sync()?;
     drop((cur, base));
     std::fs::rename(tmp, &h.path)

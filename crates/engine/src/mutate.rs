@@ -138,15 +138,7 @@ impl WriteTx<'_> {
         self.trees[t].root = Some(Child::Node(root));
         let (existed, split) = self.insert_at(root, key, val)?;
         if let Some((sep, right)) = split {
-            let page = self.alloc(1);
-            let mut n = Node::empty(page, false, role);
-            n.keys = vec![Vec::new(), sep];
-            n.kids = vec![Child::Node(root), Child::Node(right)];
-            n.recompute_size();
-            self.nodes.push(n);
-            let tree = &mut self.trees[t];
-            tree.root = Some(Child::Node(self.nodes.len() - 1));
-            tree.depth += 1;
+            self.grow_root(t, root, sep, right);
         }
         if !existed {
             self.trees[t].entries += 1;
@@ -211,6 +203,9 @@ impl WriteTx<'_> {
         let mut best = 1;
         let mut best_diff = usize::MAX;
         let mut left = 0;
+        // A branch keeps at least two children on each side when it can, so no subtree hangs
+        // from a one-child branch.
+        let edge = if !n.leaf && sizes.len() >= 4 { 2 } else { 1 };
         for at in 1..sizes.len() {
             left += sizes[at - 1];
             let right = if n.leaf {
@@ -219,11 +214,17 @@ impl WriteTx<'_> {
                 total - left - n.keys[at].len()
             };
             if left <= cap && right <= cap {
-                let diff = if fill_left {
-                    cap - left
+                let lopsided = if at < edge || sizes.len() - at < edge {
+                    usize::MAX / 2
                 } else {
-                    left.abs_diff(right)
+                    0
                 };
+                let diff = lopsided
+                    + if fill_left {
+                        cap - left
+                    } else {
+                        left.abs_diff(right)
+                    };
                 if diff < best_diff {
                     best_diff = diff;
                     best = at;
@@ -306,12 +307,15 @@ impl WriteTx<'_> {
         };
         let root = self.touch(r, role)?;
         self.trees[t].root = Some(Child::Node(root));
-        let removed = self.remove_at(root, key)?;
-        if !removed {
+        let Some(split) = self.remove_at(root, key)? else {
             return Ok(false);
-        }
+        };
         self.trees[t].entries = self.trees[t].entries.saturating_sub(1);
-        // Shrink the root: a branch with one child gives way to it; an empty leaf empties the tree.
+        if let Some((sep, right)) = split {
+            // Rebalancing below lengthened a separator until the root overflowed: grow a level.
+            self.grow_root(t, root, sep, right);
+        }
+        // Shrink the root: a branch with one child gives way to it; an empty root empties the tree.
         while let Some(Child::Node(idx)) = self.trees[t].root {
             let n = &self.nodes[idx];
             let page = n.page;
@@ -323,7 +327,7 @@ impl WriteTx<'_> {
                 self.trees[t].depth -= 1;
                 continue;
             }
-            if n.leaf && n.keys.is_empty() {
+            if n.keys.is_empty() {
                 self.nodes[idx].live = false;
                 self.free_fresh(page, 1);
                 self.trees[t].root = None;
@@ -334,29 +338,78 @@ impl WriteTx<'_> {
         Ok(true)
     }
 
-    fn remove_at(&mut self, id: usize, key: &[u8]) -> Result<bool> {
+    /// A new root over `left` and `right`.
+    fn grow_root(&mut self, t: usize, left: usize, sep: Vec<u8>, right: usize) {
+        let role = self.trees[t].role;
+        let page = self.alloc(1);
+        let mut n = Node::empty(page, false, role);
+        n.keys = vec![Vec::new(), sep];
+        n.kids = vec![Child::Node(left), Child::Node(right)];
+        n.recompute_size();
+        self.nodes.push(n);
+        let tree = &mut self.trees[t];
+        tree.root = Some(Child::Node(self.nodes.len() - 1));
+        tree.depth += 1;
+    }
+
+    /// Remove `key` below node `id`. None if it was not there; otherwise the split of `id`
+    /// if rebalancing below made it overflow (a longer separator), as an insert would.
+    fn remove_at(&mut self, id: usize, key: &[u8]) -> Result<Option<Option<(Vec<u8>, usize)>>> {
         if self.nodes[id].leaf {
             let n = self.node_mut(id);
             let Ok(i) = n.keys.binary_search_by(|k| k.as_slice().cmp(key)) else {
-                return Ok(false);
+                return Ok(None);
             };
             n.size -= Node::leaf_entry_size(key, &n.vals[i]);
             n.keys.remove(i);
             let old = n.vals.remove(i);
             self.free_value(&old);
-            return Ok(true);
+            return Ok(Some(None));
         }
         let i = child_index(&self.nodes[id].keys, key);
         let role = self.nodes[id].role;
         let c = self.touch(self.nodes[id].kids[i], role)?;
         self.nodes[id].kids[i] = Child::Node(c);
-        if !self.remove_at(c, key)? {
-            return Ok(false);
+        let Some(split) = self.remove_at(c, key)? else {
+            return Ok(None);
+        };
+        if let Some((sep, right)) = split {
+            let n = self.node_mut(id);
+            n.size += Node::branch_entry_size(&sep);
+            n.keys.insert(i + 1, sep);
+            n.kids.insert(i + 1, Child::Node(right));
         }
-        if self.nodes[c].size < self.limits.capacity / 2 && self.nodes[id].kids.len() > 1 {
+        if self.nodes[c].keys.is_empty() {
+            // An empty child goes: its page is freed and its separator dropped.
+            self.drop_child(id, i);
+        } else if self.nodes[c].size < self.limits.capacity / 2 && self.nodes[id].kids.len() > 1 {
             self.rebalance(id, i)?;
         }
-        Ok(true)
+        if self.nodes[id].size > self.limits.capacity {
+            return Ok(Some(Some(self.split(id, false))));
+        }
+        Ok(Some(None))
+    }
+
+    /// Remove child `i` (a dirty node with no entries) from branch `parent`.
+    fn drop_child(&mut self, parent: usize, i: usize) {
+        let Child::Node(c) = self.nodes[parent].kids[i] else {
+            return;
+        };
+        let page = self.nodes[c].page;
+        self.nodes[c].live = false;
+        self.free_fresh(page, 1);
+        let p = self.node_mut(parent);
+        p.kids.remove(i);
+        // Child 0 has no separator of its own: the next child's becomes the (empty) first.
+        let k = if i == 0 { 1 } else { i };
+        if k < p.keys.len() {
+            p.keys.remove(k);
+        }
+        if let Some(first) = p.keys.first_mut() {
+            first.clear();
+        }
+        p.recompute_size();
     }
 
     /// Child `i` of `parent` is under half full: merge it with a sibling if both fit one

@@ -1,0 +1,710 @@
+//! Model test: random operation sequences against larch and against a `BTreeMap` model of
+//! the committed state plus a working copy for the open write transaction.
+//!
+//! Every combination of free-space policy, write mode and page size runs the same strategy.
+//! `PROPTEST_CASES` raises the number of cases (default 64 per combination).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Bound;
+
+use larch::{Db, Durability, Error, Options, Policy, ReadTree, ReadTx, WriteMode, WriteTx};
+use proptest::prelude::*;
+use proptest::test_runner::{FileFailurePersistence, TestCaseError};
+
+/// Three tree names; "a" is a prefix of "ab", so catalog ordering is exercised too.
+const TREES: [&str; 3] = ["a", "ab", "zz"];
+
+type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
+type Model = BTreeMap<String, Tree>;
+
+// ---- operations (kept short in Debug so shrunk cases read well) ---------------------------
+
+/// A key: short keys over a tiny alphabet (so they collide), or a long run of one byte whose
+/// length is clamped to the page's maximum key size at use.
+#[derive(Clone, PartialEq, Eq)]
+enum Key {
+    Short(Vec<u8>),
+    Long { byte: u8, len: u16 },
+}
+
+impl Key {
+    fn bytes(&self, max_key: usize) -> Vec<u8> {
+        match self {
+            Key::Short(k) => k.clone(),
+            Key::Long { byte, len } => vec![*byte; (*len as usize).min(max_key)],
+        }
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Short(k) => write!(f, "\"{}\"", k.escape_ascii()),
+            Key::Long { byte, len } => write!(f, "long({:?} x {len})", *byte as char),
+        }
+    }
+}
+
+/// A value as (seed byte, length); the bytes are generated only when used.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Val {
+    byte: u8,
+    len: u32,
+}
+
+impl Val {
+    fn bytes(self) -> Vec<u8> {
+        (0..self.len).map(|i| self.byte ^ (i % 251) as u8).collect()
+    }
+}
+
+impl fmt::Debug for Val {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "val({}, {})", self.byte, self.len)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert {
+        tree: usize,
+        key: Key,
+        val: Val,
+    },
+    Remove {
+        tree: usize,
+        key: Key,
+    },
+    Get {
+        tree: usize,
+        key: Key,
+    },
+    /// A range scan of the committed state through a read transaction.
+    Range {
+        tree: usize,
+        lo: Bound<Key>,
+        hi: Bound<Key>,
+        rev: bool,
+    },
+    /// Insert `count` keys `<prefix><pad x '~'><start+i as 5 digits>`: grows trees past one
+    /// leaf, and with long padding (few keys per branch) several levels deep.
+    Fill {
+        tree: usize,
+        prefix: u8,
+        pad: u16,
+        start: u16,
+        count: u16,
+        val: Val,
+    },
+    /// Remove every `stride`-th present key in `[lo, hi]` (in the transaction's view).
+    RemoveRange {
+        tree: usize,
+        lo: Bound<Key>,
+        hi: Bound<Key>,
+        stride: u8,
+    },
+    Commit(Durability),
+    /// Drop the write transaction (explicitly with `abort()` or by dropping it).
+    Abort {
+        explicit: bool,
+    },
+    /// Drop the write transaction, any held snapshots and the `Db`, then open the file again.
+    Reopen,
+    /// Begin a read transaction and hold it (at most two; the oldest is dropped first). Held
+    /// snapshots are compared with the state they were taken at after every commit and abort.
+    Snapshot,
+    /// Drop the oldest held snapshot.
+    DropSnapshot,
+    DeleteTree {
+        tree: usize,
+    },
+}
+
+fn alpha() -> impl Strategy<Value = u8> {
+    prop_oneof![10 => prop::sample::select(b"abc".to_vec()), 1 => Just(0u8), 1 => Just(0xffu8)]
+}
+
+fn key() -> impl Strategy<Value = Key> {
+    prop_oneof![
+        12 => prop::collection::vec(alpha(), 1..=2).prop_map(Key::Short),
+        6 => prop::collection::vec(alpha(), 3..=12).prop_map(Key::Short),
+        1 => (prop::sample::select(b"abc".to_vec()), prop::sample::select(vec![300u16, 1000, 1024, 2000, 4096]))
+            .prop_map(|(byte, len)| Key::Long { byte, len }),
+    ]
+}
+
+fn val() -> impl Strategy<Value = Val> {
+    prop_oneof![
+        20 => (any::<u8>(), 0u32..600).prop_map(|(byte, len)| Val { byte, len }),
+        2 => (any::<u8>(), 1_000u32..6_000).prop_map(|(byte, len)| Val { byte, len }),
+        1 => (any::<u8>(), 5_000u32..40_000).prop_map(|(byte, len)| Val { byte, len }),
+    ]
+}
+
+fn small_val() -> impl Strategy<Value = Val> {
+    (any::<u8>(), 0u32..200).prop_map(|(byte, len)| Val { byte, len })
+}
+
+fn bound() -> impl Strategy<Value = Bound<Key>> {
+    prop_oneof![
+        1 => Just(Bound::Unbounded),
+        2 => key().prop_map(Bound::Included),
+        2 => key().prop_map(Bound::Excluded),
+    ]
+}
+
+fn durability() -> impl Strategy<Value = Durability> {
+    prop_oneof![
+        2 => Just(Durability::Sync),
+        1 => Just(Durability::NoMetaSync),
+        3 => Just(Durability::Async),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let tree = 0..TREES.len();
+    prop_oneof![
+        30 => (tree.clone(), key(), val()).prop_map(|(tree, key, val)| Op::Insert { tree, key, val }),
+        12 => (tree.clone(), key()).prop_map(|(tree, key)| Op::Remove { tree, key }),
+        10 => (tree.clone(), key()).prop_map(|(tree, key)| Op::Get { tree, key }),
+        6 => (tree.clone(), bound(), bound(), any::<bool>())
+            .prop_map(|(tree, lo, hi, rev)| Op::Range { tree, lo, hi, rev }),
+        3 => (
+            tree.clone(),
+            prop::sample::select(b"abc".to_vec()),
+            prop::sample::select(vec![0u16, 0, 0, 250, 1000, 4000]),
+            0u16..2000,
+            1u16..300,
+            small_val()
+        )
+            .prop_map(|(tree, prefix, pad, start, count, val)| Op::Fill { tree, prefix, pad, start, count, val }),
+        3 => (tree.clone(), bound(), bound(), 1u8..=3)
+            .prop_map(|(tree, lo, hi, stride)| Op::RemoveRange { tree, lo, hi, stride }),
+        8 => durability().prop_map(Op::Commit),
+        3 => any::<bool>().prop_map(|explicit| Op::Abort { explicit }),
+        3 => Just(Op::Reopen),
+        3 => Just(Op::Snapshot),
+        2 => Just(Op::DropSnapshot),
+        2 => tree.prop_map(|tree| Op::DeleteTree { tree }),
+    ]
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op(), 1..120)
+}
+
+// ---- helpers ---------------------------------------------------------------------------
+
+/// Turn an engine error into a test failure with context.
+trait Ck<T> {
+    fn ck(self, what: impl fmt::Display) -> Result<T, TestCaseError>;
+}
+
+impl<T> Ck<T> for larch::Result<T> {
+    fn ck(self, what: impl fmt::Display) -> Result<T, TestCaseError> {
+        self.map_err(|e| TestCaseError::fail(format!("{what}: engine error: {e}")))
+    }
+}
+
+fn in_bounds(k: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    let above = match lo {
+        Bound::Included(l) => k >= l.as_slice(),
+        Bound::Excluded(l) => k > l.as_slice(),
+        Bound::Unbounded => true,
+    };
+    let below = match hi {
+        Bound::Included(h) => k <= h.as_slice(),
+        Bound::Excluded(h) => k < h.as_slice(),
+        Bound::Unbounded => true,
+    };
+    above && below
+}
+
+fn bound_bytes(b: &Bound<Key>, max_key: usize) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.bytes(max_key)),
+        Bound::Excluded(k) => Bound::Excluded(k.bytes(max_key)),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn as_slice(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn show(k: &[u8]) -> String {
+    if k.len() > 16 {
+        format!("{}.. ({} bytes)", k[..16].escape_ascii(), k.len())
+    } else {
+        format!("{}", k.escape_ascii())
+    }
+}
+
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn collect<'a>(
+    it: impl Iterator<Item = larch::Result<(&'a [u8], &'a [u8])>>,
+    what: &str,
+) -> Result<Entries, TestCaseError> {
+    it.map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())).ck(what))
+        .collect()
+}
+
+/// Compare scans entry by entry and report the first difference briefly.
+fn same_entries(got: &Entries, want: &Entries, what: &str) -> Result<(), TestCaseError> {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        if g.0 != w.0 {
+            return Err(TestCaseError::fail(format!(
+                "{what}: entry {i}: key {} but the model has {}",
+                show(&g.0),
+                show(&w.0)
+            )));
+        }
+        if g.1 != w.1 {
+            return Err(TestCaseError::fail(format!(
+                "{what}: entry {i} (key {}): value of {} bytes differs from the model's {} bytes",
+                show(&g.0),
+                g.1.len(),
+                w.1.len()
+            )));
+        }
+    }
+    if got.len() != want.len() {
+        return Err(TestCaseError::fail(format!(
+            "{what}: {} entries, the model has {}",
+            got.len(),
+            want.len()
+        )));
+    }
+    Ok(())
+}
+
+fn model_entries<'a>(m: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>) -> Entries {
+    m.map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+fn tree_not_found(
+    r: larch::Result<ReadTree<'_>>,
+    name: &str,
+    what: &str,
+) -> Result<(), TestCaseError> {
+    match r {
+        Err(Error::TreeNotFound(n)) if n == name => Ok(()),
+        Err(e) => Err(TestCaseError::fail(format!(
+            "{what}: open_tree({name:?}): expected TreeNotFound, got {e}"
+        ))),
+        Ok(_) => Err(TestCaseError::fail(format!(
+            "{what}: open_tree({name:?}) found a tree the model does not have"
+        ))),
+    }
+}
+
+/// Full comparison of the committed state: names, lengths, forward and reverse scans, gets.
+fn verify_all(db: &Db, model: &Model, what: &str) -> Result<(), TestCaseError> {
+    verify_snapshot(&db.begin_read().ck(what)?, model, what)
+}
+
+/// Full comparison of one snapshot with the model state it was taken at.
+fn verify_snapshot(rx: &ReadTx, model: &Model, what: &str) -> Result<(), TestCaseError> {
+    let names = rx.tree_names().ck(what)?;
+    prop_assert_eq!(
+        names,
+        model.keys().cloned().collect::<Vec<_>>(),
+        "{}: tree_names",
+        what
+    );
+    for (name, m) in model {
+        let ctx = format!("{what}: tree {name:?}");
+        let t = rx.open_tree(name).ck(&ctx)?;
+        prop_assert_eq!(t.len().ck(&ctx)?, m.len() as u64, "{}: len", ctx);
+        prop_assert_eq!(t.is_empty().ck(&ctx)?, m.is_empty(), "{}: is_empty", ctx);
+        let want = model_entries(m.iter());
+        same_entries(
+            &collect(t.iter().ck(&ctx)?, &ctx)?,
+            &want,
+            &format!("{ctx}: forward scan"),
+        )?;
+        let want_rev = model_entries(m.iter().rev());
+        let all = (Bound::<&[u8]>::Unbounded, Bound::<&[u8]>::Unbounded);
+        same_entries(
+            &collect(t.range(all).ck(&ctx)?.rev(), &ctx)?,
+            &want_rev,
+            &format!("{ctx}: reverse scan"),
+        )?;
+        let first = t.first().ck(&ctx)?.map(|(k, _)| k.to_vec());
+        prop_assert_eq!(first, m.keys().next().cloned(), "{}: first", ctx);
+        let last = t.last().ck(&ctx)?.map(|(k, _)| k.to_vec());
+        prop_assert_eq!(last, m.keys().next_back().cloned(), "{}: last", ctx);
+        for (k, v) in m {
+            let got = t.get(k).ck(&ctx)?;
+            prop_assert!(
+                got == Some(v.as_slice()),
+                "{}: get({}) disagrees with the model",
+                ctx,
+                show(k)
+            );
+        }
+    }
+    for name in TREES {
+        if !model.contains_key(name) {
+            tree_not_found(rx.open_tree(name), name, what)?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    policy: Policy,
+    mode: WriteMode,
+    page_size: usize,
+}
+
+fn ensure_tx<'a, 'db>(
+    db: &'db Db,
+    tx: &'a mut Option<WriteTx<'db>>,
+    work: &mut Model,
+    committed: &Model,
+) -> Result<&'a mut WriteTx<'db>, TestCaseError> {
+    if tx.is_none() {
+        *tx = Some(db.begin_write().ck("begin_write")?);
+        *work = committed.clone();
+    }
+    Ok(tx.as_mut().expect("just set"))
+}
+
+fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("model.larch");
+    let opts = Options::default()
+        .page_size(cfg.page_size)
+        .policy(cfg.policy)
+        .write_mode(cfg.mode)
+        .durability(Durability::Sync);
+    let max_key = cfg.page_size / 4;
+    let mut committed = Model::new();
+    let mut next = 0;
+    let mut session = 0;
+    loop {
+        let db = Db::open(&path, opts).ck(format!("open (session {session})"))?;
+        let ctx = format!("after reopen {session}");
+        db.check().ck(&ctx)?;
+        verify_all(&db, &committed, &ctx)?;
+        let mut snapshots: Vec<(ReadTx, Model)> = Vec::new();
+        let mut tx: Option<WriteTx<'_>> = None;
+        let mut work = committed.clone();
+        let mut reopen = false;
+        while next < ops.len() {
+            let i = next;
+            next += 1;
+            let at = format!("op {i} ({:?})", ops[i]);
+            match &ops[i] {
+                Op::Insert { tree, key, val } => {
+                    let (name, k, v) = (TREES[*tree], key.bytes(max_key), val.bytes());
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    t.insert(&k, &v).ck(&at)?;
+                    m.insert(k.clone(), v.clone());
+                    prop_assert!(
+                        t.get(&k).ck(&at)? == Some(v.as_slice()),
+                        "{}: insert not read back",
+                        at
+                    );
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                }
+                Op::Remove { tree, key } => {
+                    let (name, k) = (TREES[*tree], key.bytes(max_key));
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    let existed = t.remove(&k).ck(&at)?;
+                    prop_assert_eq!(existed, m.remove(&k).is_some(), "{}: remove's return", at);
+                    prop_assert_eq!(
+                        t.get(&k).ck(&at)?,
+                        None,
+                        "{}: removed key still readable",
+                        at
+                    );
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                }
+                Op::Get { tree, key } => {
+                    let (name, k) = (TREES[*tree], key.bytes(max_key));
+                    if let Some(tx) = tx.as_mut() {
+                        // open_tree creates a missing tree, in the model too.
+                        let m = work.entry(name.to_string()).or_default();
+                        let t = tx.open_tree(name).ck(&at)?;
+                        let got = t.get(&k).ck(&at)?;
+                        prop_assert!(
+                            got == m.get(&k).map(|v| v.as_slice()),
+                            "{}: write tx get: engine has {:?} bytes, model {:?} bytes",
+                            at,
+                            got.map(|v| v.len()),
+                            m.get(&k).map(|v| v.len())
+                        );
+                    }
+                    // A reader sees only committed state, whether or not a writer is active.
+                    let rx = db.begin_read().ck(&at)?;
+                    match committed.get(name) {
+                        Some(m) => {
+                            let t = rx.open_tree(name).ck(&at)?;
+                            let got = t.get(&k).ck(&at)?;
+                            prop_assert!(
+                                got == m.get(&k).map(|v| v.as_slice()),
+                                "{}: read tx get disagrees",
+                                at
+                            );
+                        }
+                        None => tree_not_found(rx.open_tree(name), name, &at)?,
+                    }
+                }
+                Op::Range { tree, lo, hi, rev } => {
+                    let name = TREES[*tree];
+                    let (lo, hi) = (bound_bytes(lo, max_key), bound_bytes(hi, max_key));
+                    let rx = db.begin_read().ck(&at)?;
+                    match committed.get(name) {
+                        Some(m) => {
+                            let t = rx.open_tree(name).ck(&at)?;
+                            let it = t.range((as_slice(&lo), as_slice(&hi))).ck(&at)?;
+                            let matching = m.iter().filter(|(k, _)| in_bounds(k, &lo, &hi));
+                            let (got, want) = if *rev {
+                                (collect(it.rev(), &at)?, model_entries(matching.rev()))
+                            } else {
+                                (collect(it, &at)?, model_entries(matching))
+                            };
+                            same_entries(&got, &want, &at)?;
+                        }
+                        None => tree_not_found(rx.open_tree(name), name, &at)?,
+                    }
+                }
+                Op::Fill {
+                    tree,
+                    prefix,
+                    pad,
+                    start,
+                    count,
+                    val,
+                } => {
+                    let name = TREES[*tree];
+                    let pad = (*pad as usize).min(max_key - 6);
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    for j in 0..*count as u32 {
+                        let mut k = vec![*prefix];
+                        k.resize(1 + pad, b'~');
+                        k.extend_from_slice(format!("{:05}", *start as u32 + j).as_bytes());
+                        let v = Val {
+                            byte: val.byte.wrapping_add(j as u8),
+                            len: val.len,
+                        }
+                        .bytes();
+                        t.insert(&k, &v).ck(&at)?;
+                        m.insert(k, v);
+                    }
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                }
+                Op::RemoveRange {
+                    tree,
+                    lo,
+                    hi,
+                    stride,
+                } => {
+                    let name = TREES[*tree];
+                    let (lo, hi) = (bound_bytes(lo, max_key), bound_bytes(hi, max_key));
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    let victims: Vec<Vec<u8>> = m
+                        .keys()
+                        .filter(|k| in_bounds(k, &lo, &hi))
+                        .step_by(*stride as usize)
+                        .cloned()
+                        .collect();
+                    for k in victims {
+                        prop_assert!(
+                            t.remove(&k).ck(&at)?,
+                            "{}: remove({}) of a present key returned false",
+                            at,
+                            show(&k)
+                        );
+                        m.remove(&k);
+                    }
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                }
+                Op::DeleteTree { tree } => {
+                    let name = TREES[*tree];
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let existed = tx.delete_tree(name).ck(&at)?;
+                    prop_assert_eq!(
+                        existed,
+                        work.remove(name).is_some(),
+                        "{}: delete_tree's return",
+                        at
+                    );
+                    let names = tx.tree_names().ck(&at)?;
+                    prop_assert_eq!(
+                        names,
+                        work.keys().cloned().collect::<Vec<_>>(),
+                        "{}: tree_names in the write tx",
+                        at
+                    );
+                }
+                Op::Commit(d) => {
+                    let mut t = match tx.take() {
+                        Some(t) => t,
+                        None => {
+                            work = committed.clone();
+                            db.begin_write().ck(&at)?
+                        }
+                    };
+                    let names = t.tree_names().ck(&at)?;
+                    prop_assert_eq!(
+                        names,
+                        work.keys().cloned().collect::<Vec<_>>(),
+                        "{}: tree_names before commit",
+                        at
+                    );
+                    t.set_durability(*d);
+                    t.commit().ck(&at)?;
+                    committed = work.clone();
+                    db.check().ck(&at)?;
+                    verify_all(&db, &committed, &at)?;
+                    for (j, (rx, m)) in snapshots.iter().enumerate() {
+                        verify_snapshot(rx, m, &format!("{at}: held snapshot {j}"))?;
+                    }
+                }
+                Op::Abort { explicit } => {
+                    if let Some(t) = tx.take() {
+                        if *explicit {
+                            t.abort();
+                        } else {
+                            drop(t);
+                        }
+                    }
+                    work = committed.clone();
+                    db.check().ck(&at)?;
+                    verify_all(&db, &committed, &at)?;
+                    for (j, (rx, m)) in snapshots.iter().enumerate() {
+                        verify_snapshot(rx, m, &format!("{at}: held snapshot {j}"))?;
+                    }
+                }
+                Op::Reopen => {
+                    reopen = true;
+                    break;
+                }
+                Op::Snapshot => {
+                    if snapshots.len() == 2 {
+                        snapshots.remove(0);
+                    }
+                    snapshots.push((db.begin_read().ck(&at)?, committed.clone()));
+                }
+                Op::DropSnapshot => {
+                    if !snapshots.is_empty() {
+                        snapshots.remove(0);
+                    }
+                }
+            }
+        }
+        drop(tx);
+        for (j, (rx, m)) in snapshots.iter().enumerate() {
+            verify_snapshot(
+                rx,
+                m,
+                &format!("held snapshot {j} at the end of session {session}"),
+            )?;
+        }
+        drop(snapshots);
+        if !reopen {
+            // Every case ends with a check, then one more reopen.
+            db.check().ck("at the end")?;
+            verify_all(&db, &committed, "at the end")?;
+            drop(db);
+            let db = Db::open(&path, opts).ck("final reopen")?;
+            db.check().ck("after the final reopen")?;
+            verify_all(&db, &committed, "after the final reopen")?;
+            return Ok(());
+        }
+        drop(db);
+        session += 1;
+    }
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(64),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/model.proptest-regressions",
+        ))),
+        ..ProptestConfig::default()
+    }
+}
+
+macro_rules! model_test {
+    ($name:ident, $policy:expr, $mode:expr, $page_size:expr) => {
+        proptest! {
+            #![proptest_config(config())]
+            #[test]
+            fn $name(ops in ops()) {
+                run(Config { policy: $policy, mode: $mode, page_size: $page_size }, &ops)?;
+            }
+        }
+    };
+}
+
+model_test!(
+    null_pwrite_4k_matches_model,
+    Policy::Null,
+    WriteMode::Pwrite,
+    4096
+);
+model_test!(
+    null_pwrite_16k_matches_model,
+    Policy::Null,
+    WriteMode::Pwrite,
+    16384
+);
+model_test!(
+    null_mmap_4k_matches_model,
+    Policy::Null,
+    WriteMode::Mmap,
+    4096
+);
+model_test!(
+    null_mmap_16k_matches_model,
+    Policy::Null,
+    WriteMode::Mmap,
+    16384
+);
+model_test!(
+    first_fit_pwrite_4k_matches_model,
+    Policy::FirstFit,
+    WriteMode::Pwrite,
+    4096
+);
+model_test!(
+    first_fit_pwrite_16k_matches_model,
+    Policy::FirstFit,
+    WriteMode::Pwrite,
+    16384
+);
+model_test!(
+    first_fit_mmap_4k_matches_model,
+    Policy::FirstFit,
+    WriteMode::Mmap,
+    4096
+);
+model_test!(
+    first_fit_mmap_16k_matches_model,
+    Policy::FirstFit,
+    WriteMode::Mmap,
+    16384
+);
