@@ -13,9 +13,11 @@ use crate::node::{Child, Node, Val, ValRef, OVERFLOW_HEADER};
 use crate::view::{View, MAX_DEPTH};
 use crate::write::WriteTx;
 
-/// What an insert below a node did: whether the key existed, and the separator and new right
-/// node if the node split.
-type Inserted = (bool, Option<(Vec<u8>, usize)>);
+/// A node that split: the separator and the new right node.
+type Split = Option<(Vec<u8>, usize)>;
+
+/// What an insert below a node did: whether the key existed, and how the node split.
+type Inserted = (bool, Split);
 
 /// Keys of a branch node: the child holding `key` (the last separator <= key).
 fn child_index(keys: &[Vec<u8>], key: &[u8]) -> usize {
@@ -354,7 +356,7 @@ impl WriteTx<'_> {
 
     /// Remove `key` below node `id`. None if it was not there; otherwise the split of `id`
     /// if rebalancing below made it overflow (a longer separator), as an insert would.
-    fn remove_at(&mut self, id: usize, key: &[u8]) -> Result<Option<Option<(Vec<u8>, usize)>>> {
+    fn remove_at(&mut self, id: usize, key: &[u8]) -> Result<Option<Split>> {
         if self.nodes[id].leaf {
             let n = self.node_mut(id);
             let Ok(i) = n.keys.binary_search_by(|k| k.as_slice().cmp(key)) else {
