@@ -54,4 +54,5 @@
 #![forbid(unsafe_code)]
 
 pub use larch_engine::*;
-#[doc(hidden)] pub mod fuzz;
+#[doc(hidden)]
+pub mod fuzz;

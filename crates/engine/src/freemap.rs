@@ -76,8 +76,27 @@ pub fn unreachable_runs(view: &View<'_>, meta: &Meta) -> Result<Vec<(PageId, u64
 
 /// Fill `free` from the free map at open: with no reader and a durable meta, every
 /// unreachable page is reusable.
+///
+/// The writer will overwrite what this says is free, so a damaged free map would destroy live
+/// data: every free-map page's checksum is verified (whatever `verify_checksums` says; the free
+/// map is a few pages per GiB) and the marked pages must number what the meta counted.
 pub fn load(view: &View<'_>, meta: &Meta, free: &mut FreeSpace) -> Result<()> {
-    for (p, n) in unreachable_runs(view, meta)? {
+    let checked = View {
+        verify: true,
+        ..*view
+    };
+    let runs = unreachable_runs(&checked, meta)?;
+    let marked: u64 = runs.iter().map(|&(_, n)| n).sum();
+    if marked != meta.unreachable_pages {
+        return Err(Error::corrupt(
+            meta.freemap.root,
+            format!(
+                "the free map marks {marked} pages free but the meta counts {}; open read-only and copy the data out (larch compact SRC DST)",
+                meta.unreachable_pages
+            ),
+        ));
+    }
+    for (p, n) in runs {
         free.policy.insert(p, n);
     }
     Ok(())

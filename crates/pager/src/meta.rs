@@ -234,7 +234,7 @@ impl Meta {
         }
         if b[0..8] != MAGIC {
             if b[..META_SIZE].iter().all(|&x| x == 0) {
-                return Err("meta page is all zero (never written)".into());
+                return Err("meta page is all zero".into());
             }
             return Err("bad magic".into());
         }

@@ -365,7 +365,6 @@ fn read_metas(path: &Path, file: &File, file_len: u64) -> Result<OpenedMetas> {
     // A one-fsync commit's meta is only as good as the pages it lists: verify them.
     let zero = zero.and_then(|m| verify_manifest(file, file_len, &m, 0));
     let one = one.and_then(|m| verify_manifest(file, file_len, &m, m.page_size as u64));
-    let zero_blank = is_blank(&zero);
     let one_blank = is_blank(&one);
     let (current, other, other_blank) = match (zero, one) {
         (Ok(a), Ok(b)) => {
@@ -380,8 +379,10 @@ fn read_metas(path: &Path, file: &File, file_len: u64) -> Result<OpenedMetas> {
                 (b, Ok(a), false)
             }
         }
-        (Ok(a), Err(e)) => (a, Err(e), one_blank),
-        (Err(e), Ok(b)) => (b, Err(e), zero_blank),
+        // Only slot 1 of a file that never committed is legitimately blank: slot 0 is written
+        // at creation and slot 1 by the first commit. Any other zeroed slot is damage.
+        (Ok(a), Err(e)) => (a, Err(e), one_blank && a.txid == 0),
+        (Err(e), Ok(b)) => (b, Err(e), false),
         (Err(a), Err(b)) => {
             return Err(not_db(format!(
                 "no valid meta page (page 0: {a}; page 1: {b})"

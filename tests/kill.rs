@@ -1,0 +1,281 @@
+//! Process kill: a child process commits in a loop with `Durability::Sync`, printing `ack <n>`
+//! after each commit returns; the parent SIGKILLs it at a random moment, reopens the file and
+//! requires that `check()` passes, every acknowledged commit survived, and nothing partial did:
+//! the contents are exactly the state after commit `n` or `n + 1`, where `n` is the last ack.
+//!
+//! The child is this test binary itself, re-executed to run the ignored test
+//! `child_commit_loop`, which does nothing unless `LARCH_KILL_CHILD` names a database.
+//! The same file is reused across kills, so each child also recovers what the last one left.
+//! `LARCH_KILL_ROUNDS` changes the number of kills per write mode (default 10).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use larch::{Db, Durability, Options, WriteMode};
+
+type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
+
+const DATA: &str = "data";
+const COUNTER: &str = "counter";
+
+fn key(n: u64) -> Vec<u8> {
+    format!("key-{n:08}").into_bytes()
+}
+
+/// The value commit `n` writes: mostly small, every fifth one 10-40 KiB (an overflow run).
+fn value(n: u64) -> Vec<u8> {
+    let len = if n % 5 == 3 {
+        10 * 1024 + (n as usize * 7919) % (30 * 1024)
+    } else {
+        20 + (n as usize * 31) % 300
+    };
+    (0..len)
+        .map(|i| (n as usize).wrapping_mul(2654435761).wrapping_add(i * 13) as u8)
+        .collect()
+}
+
+/// What commit `n` changes besides inserting `n`: it deletes one older key now and then.
+fn deleted_by(n: u64) -> Option<u64> {
+    (n % 3 == 0 && n > 4).then_some(n / 2)
+}
+
+/// The data tree after commits 1..=n.
+fn state(n: u64) -> Tree {
+    let mut t = Tree::new();
+    for i in 1..=n {
+        t.insert(key(i), value(i));
+        if let Some(d) = deleted_by(i) {
+            t.remove(&key(d));
+        }
+    }
+    t
+}
+
+fn mode_from(s: &str) -> WriteMode {
+    match s {
+        "mmap" => WriteMode::Mmap,
+        "pwrite" => WriteMode::Pwrite,
+        other => panic!("LARCH_KILL_MODE={other}: expected pwrite or mmap"),
+    }
+}
+
+/// The last commit the file holds (0 for a new file).
+fn last_commit(db: &Db) -> u64 {
+    let rx = db.begin_read().unwrap();
+    let t = match rx.open_tree(COUNTER) {
+        Ok(t) => t,
+        Err(larch::Error::TreeNotFound(_)) => return 0,
+        Err(e) => panic!("{e}"),
+    };
+    t.get(b"last")
+        .unwrap()
+        .map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()))
+}
+
+/// The child: commit forever (until killed), acknowledging each commit on stdout.
+#[test]
+#[ignore = "run by the kill tests as a child process"]
+fn child_commit_loop() {
+    let Ok(path) = std::env::var("LARCH_KILL_CHILD") else {
+        return;
+    };
+    let mode = mode_from(&std::env::var("LARCH_KILL_MODE").unwrap_or_default());
+    let db = Db::open(
+        &path,
+        Options::default()
+            .durability(Durability::Sync)
+            .write_mode(mode),
+    )
+    .unwrap();
+    let start = last_commit(&db);
+    let stdout = std::io::stdout();
+    for n in start + 1..start + 100_000 {
+        let mut tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree(DATA).unwrap();
+            t.insert(&key(n), &value(n)).unwrap();
+            if let Some(d) = deleted_by(n) {
+                t.remove(&key(d)).unwrap();
+            }
+        }
+        tx.open_tree(COUNTER)
+            .unwrap()
+            .insert(b"last", &n.to_le_bytes())
+            .unwrap();
+        tx.commit().unwrap();
+        let mut out = stdout.lock();
+        if writeln!(out, "ack {n}").and_then(|_| out.flush()).is_err() {
+            return; // the parent is gone
+        }
+    }
+}
+
+/// A small xorshift generator, seeded from the clock; the seed is printed for reproduction.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The number in an `ack <n>` line (libtest may print its own text on the same line).
+fn ack_of(line: &str) -> Option<u64> {
+    let (_, rest) = line.rsplit_once("ack ")?;
+    rest.trim().parse().ok()
+}
+
+/// Start a child on `path`, let it acknowledge `acks` commits, wait `delay`, SIGKILL it.
+/// Returns the last commit it acknowledged.
+fn commit_and_kill(path: &Path, mode: &str, acks: u64, delay: Duration, ctx: &str) -> u64 {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_commit_loop",
+            "--nocapture",
+            "--include-ignored",
+        ])
+        .env("LARCH_KILL_CHILD", path)
+        .env("LARCH_KILL_MODE", mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut last = None;
+    let mut seen = 0;
+    while seen < acks {
+        let line = match lines.next() {
+            Some(l) => l.unwrap(),
+            None => {
+                let status = child.wait().unwrap();
+                panic!("{ctx}: the child exited ({status}) after {seen} acks, before the kill");
+            }
+        };
+        if let Some(n) = ack_of(&line) {
+            assert!(
+                last.is_none_or(|l| n == l + 1),
+                "{ctx}: ack {n} after {last:?}"
+            );
+            last = Some(n);
+            seen += 1;
+        }
+    }
+    std::thread::sleep(delay);
+    let rc = sigkill(child.id());
+    assert_eq!(rc, 0, "{ctx}: kill failed");
+    // Acks printed before the kill landed count too.
+    for line in lines {
+        let Ok(line) = line else { break };
+        if let Some(n) = ack_of(&line) {
+            last = Some(n);
+        }
+    }
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "{ctx}: the child was not killed by SIGKILL: {status}"
+    );
+    last.unwrap()
+}
+
+/// `kill(pid, SIGKILL)`.
+fn sigkill(pid: u32) -> i32 {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; the pid is our own
+    // child's, not yet waited for, so it cannot have been reused.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }
+}
+
+/// Reopen after a kill: check, and require the state after `acked` or `acked + 1`, whole.
+fn verify(path: &Path, mode: WriteMode, acked: u64, ctx: &str) -> u64 {
+    let db = Db::open(path, Options::default().create(false).write_mode(mode))
+        .unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
+    if let Err(e) = db.check() {
+        panic!("{ctx}: check failed after the kill: {e}");
+    }
+    let last = last_commit(&db);
+    assert!(
+        last == acked || last == acked + 1,
+        "{ctx}: the file holds commit {last}, but {acked} was the last acknowledged"
+    );
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree(DATA).unwrap();
+    let got: Tree = t
+        .iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{ctx}: scan failed: {e}"));
+    let want = state(last);
+    if got != want {
+        let missing = want.keys().filter(|k| !got.contains_key(*k)).count();
+        let extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+        let wrong = want
+            .iter()
+            .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+            .count();
+        panic!(
+            "{ctx}: contents are not the state after commit {last}: {missing} keys missing, \
+             {extra} extra, {wrong} with the wrong value"
+        );
+    }
+    assert_eq!(t.len().unwrap(), want.len() as u64, "{ctx}: len() is wrong");
+    last
+}
+
+fn kill_repeatedly(mode: &str) {
+    let rounds: u64 = std::env::var("LARCH_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("kill test ({mode}): seed {seed}");
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kill.larch");
+    let mut total = 0;
+    let mut in_flight = 0;
+    for round in 0..rounds {
+        let acks = 1 + rng.below(40);
+        let delay = Duration::from_micros(rng.below(3000));
+        let ctx = format!("{mode} round {round} (seed {seed}, {acks} acks, {delay:?})");
+        let acked = commit_and_kill(&path, mode, acks, delay, &ctx);
+        assert!(acked > total, "{ctx}: no commit acknowledged");
+        total = verify(&path, mode_from(mode), acked, &ctx);
+        in_flight += u64::from(total == acked + 1);
+    }
+    eprintln!(
+        "kill test ({mode}): {rounds} kills, {total} commits survived; {in_flight} kills \
+         landed after a commit's meta write but before its ack"
+    );
+}
+
+/// Until a spawned child execs it holds copies of every descriptor, flock locks included: the
+/// two tests run one at a time so one's spawn never makes the other's file look locked.
+static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn sigkill_during_pwrite_sync_commits_keeps_every_acknowledged_commit_and_no_partial_one() {
+    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    kill_repeatedly("pwrite");
+}
+
+#[test]
+fn sigkill_during_mmap_sync_commits_keeps_every_acknowledged_commit_and_no_partial_one() {
+    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    kill_repeatedly("mmap");
+}
