@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use larch::{Db, Durability, Options, WriteMode};
+use larch::{Db, Durability, Options, Policy, WriteMode};
 
 type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -57,8 +57,24 @@ fn state(n: u64) -> Tree {
 fn mode_from(s: &str) -> WriteMode {
     match s {
         "mmap" => WriteMode::Mmap,
-        "pwrite" => WriteMode::Pwrite,
-        other => panic!("LARCH_KILL_MODE={other}: expected pwrite or mmap"),
+        "pwrite" | "compact" => WriteMode::Pwrite,
+        other => panic!("LARCH_KILL_MODE={other}: expected pwrite, mmap or compact"),
+    }
+}
+
+/// How the child opens the file. `compact`: the Null policy piles up dead pages so that a
+/// background compaction (copy, catch-up, rename over the file) runs nearly all the time, and
+/// kills land in the middle of them.
+fn child_options(mode: &str) -> Options {
+    let opts = Options::default()
+        .durability(Durability::Sync)
+        .write_mode(mode_from(mode));
+    match mode {
+        "compact" => opts
+            .policy(Policy::Null)
+            .compaction_threshold(Some(0.2))
+            .compaction_min_bytes(0),
+        _ => opts,
     }
 }
 
@@ -82,14 +98,8 @@ fn child_commit_loop() {
     let Ok(path) = std::env::var("LARCH_KILL_CHILD") else {
         return;
     };
-    let mode = mode_from(&std::env::var("LARCH_KILL_MODE").unwrap_or_default());
-    let db = Db::open(
-        &path,
-        Options::default()
-            .durability(Durability::Sync)
-            .write_mode(mode),
-    )
-    .unwrap();
+    let mode = std::env::var("LARCH_KILL_MODE").unwrap_or_default();
+    let db = Db::open(&path, child_options(&mode)).unwrap();
     let start = last_commit(&db);
     let stdout = std::io::stdout();
     for n in start + 1..start + 100_000 {
@@ -107,6 +117,10 @@ fn child_commit_loop() {
             .unwrap();
         tx.commit().unwrap();
         let mut out = stdout.lock();
+        let done = db.compactions();
+        if done > 0 && writeln!(out, "compactions {done}").is_err() {
+            return;
+        }
         if writeln!(out, "ack {n}").and_then(|_| out.flush()).is_err() {
             return; // the parent is gone
         }
@@ -160,6 +174,7 @@ fn commit_and_kill(path: &Path, mode: &str, acks: u64, delay: Duration, ctx: &st
                 panic!("{ctx}: the child exited ({status}) after {seen} acks, before the kill");
             }
         };
+        note_compactions(&line);
         if let Some(n) = ack_of(&line) {
             assert!(
                 last.is_none_or(|l| n == l + 1),
@@ -187,6 +202,18 @@ fn commit_and_kill(path: &Path, mode: &str, acks: u64, delay: Duration, ctx: &st
         "{ctx}: the child was not killed by SIGKILL: {status}"
     );
     last.unwrap()
+}
+
+/// Background compactions the children reported finishing (the most any one child saw).
+static COMPACTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn note_compactions(line: &str) {
+    if let Some(n) = line
+        .strip_prefix("compactions ")
+        .and_then(|r| r.trim().parse().ok())
+    {
+        COMPACTIONS.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// `kill(pid, SIGKILL)`.
@@ -278,4 +305,17 @@ fn sigkill_during_pwrite_sync_commits_keeps_every_acknowledged_commit_and_no_par
 fn sigkill_during_mmap_sync_commits_keeps_every_acknowledged_commit_and_no_partial_one() {
     let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     kill_repeatedly("mmap");
+}
+
+#[test]
+fn sigkill_during_background_compaction_keeps_every_acknowledged_commit() {
+    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    // Whatever the kill interrupts (the copy, a catch-up, the rename, the directory sync), the
+    // file at the path is the old one or the new one, whole, with every acknowledged commit.
+    kill_repeatedly("compact");
+    let done = COMPACTIONS.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        done > 0,
+        "no child finished a background compaction: the kills tested nothing"
+    );
 }
