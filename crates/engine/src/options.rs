@@ -74,7 +74,7 @@ impl Default for Options {
         Options {
             page_size: 4096,
             durability: Durability::Sync,
-            policy: Policy::FirstFit,
+            policy: Policy::AppendPreferring,
             write_mode: WriteMode::Pwrite,
             advice: Advice::Random,
             verify_checksums: false,
@@ -99,7 +99,11 @@ impl Options {
         self.durability = d;
         self
     }
-    /// Free-space policy: which freed pages are reused, and in what order.
+    /// Free-space policy: which freed pages are reused, and in what order. The default,
+    /// `AppendPreferring` ("append-run"), reuses only runs of 8+ free pages, so a commit's
+    /// pages land together: in docs/policies.md it wrote 9x fewer runs per commit than
+    /// `FirstFit` and committed fastest, for a file that settles near 3x the live data.
+    /// `FirstFit` keeps the file near the live data.
     pub fn policy(mut self, p: Policy) -> Self {
         self.policy = p;
         self
