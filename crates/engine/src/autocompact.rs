@@ -149,7 +149,7 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
         if cur.txid() == base.txid() {
             break;
         }
-        apply_diff(&base, &cur, &new, Durability::Async)?;
+        apply_diff(&base, &cur, &new, Durability::Sync)?;
         base = cur;
     }
     // The last round holds the writer off, so nothing is missed; then switch files.
