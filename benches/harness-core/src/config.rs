@@ -1,0 +1,461 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use crate::steps::{self, Step};
+
+/// Documents and seconds per timed step of `--quick`.
+pub const QUICK_DOCS: u64 = 50_000;
+/// Seconds per timed step of `--quick`.
+pub const QUICK_SECS: f64 = 2.0;
+
+/// How `--mem-limit` takes memory away from a child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemMechanism {
+    /// A cgroup if one can be made, else a ballast.
+    Auto,
+    /// A memory cgroup (v2 `memory.max`, or v1 `memory.limit_in_bytes` nested under this
+    /// process's own memory cgroup); fail if none can be made.
+    Cgroup,
+    /// An mlock'ed anonymous ballast in a helper process taking all but the limit of the
+    /// memory available.
+    Ballast,
+}
+
+impl MemMechanism {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemMechanism::Auto => "auto",
+            MemMechanism::Cgroup => "cgroup",
+            MemMechanism::Ballast => "ballast",
+        }
+    }
+}
+
+/// Which counter the wKB/o column uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoCounter {
+    /// The block device's sectors written where readable, else /proc/self/io.
+    Device,
+    /// write_bytes of /proc/self/io (the process's own; overcounts with large folios).
+    Proc,
+}
+
+/// Set only in a child: which engine and setup it runs, and where its rows go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChildRole {
+    /// Engine name.
+    pub engine: String,
+    /// Setup name.
+    pub setup: String,
+    /// File the child appends its rows to.
+    pub results: PathBuf,
+    /// A cgroup (its directory) the child moves itself into before anything else.
+    pub cgroup: Option<PathBuf>,
+}
+
+/// Everything the command line says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `--quick` was given.
+    pub quick: bool,
+    /// Documents loaded.
+    pub docs: u64,
+    /// Seconds of each timed step.
+    pub secs: f64,
+    /// Value size in bytes.
+    pub value_size: usize,
+    /// Key size in bytes.
+    pub key_size: usize,
+    /// The n of the .n steps.
+    pub threads: usize,
+    /// Inserts per commit in load.
+    pub batch: usize,
+    /// Engines, in the order given (None: every engine the program has).
+    pub engines: Option<Vec<String>>,
+    /// Steps to report, in run order.
+    pub steps: Vec<Step>,
+    /// larch policy/write-mode setups.
+    pub larch_setups: Vec<String>,
+    /// Run seed (None: a fresh one).
+    pub seed: Option<u64>,
+    /// Where database files go.
+    pub dir: Option<PathBuf>,
+    /// Where results go.
+    pub out: Option<PathBuf>,
+    /// Memory a child may use, bytes (not-cached mode).
+    pub mem_limit: Option<u64>,
+    /// How that memory limit is imposed.
+    pub mem_mechanism: MemMechanism,
+    /// The counter behind wKB/o.
+    pub io_counter: IoCounter,
+    /// Keep the database files.
+    pub keep: bool,
+    /// Skip the limit measurements.
+    pub no_limits: bool,
+    /// Set in a child process.
+    pub child: Option<ChildRole>,
+    /// Set in a ballast helper process: bytes to lock.
+    pub ballast: Option<u64>,
+}
+
+/// The default `--larch-setups`.
+pub const DEFAULT_LARCH_SETUP: &str = "first-fit/pwrite";
+
+/// The usage text.
+pub fn usage(program: &str) -> String {
+    format!(
+        "usage: {program} -- [options]
+
+  --quick              every step, every engine, small ({QUICK_DOCS} docs, {QUICK_SECS} s per timed step)
+  --docs N             documents to load (default 200000)
+  --secs S             seconds per timed step (default 5)
+  --value-size B       value bytes (default 256)
+  --key-size K         key bytes, 16..=32 (default 16)
+  --threads N          the n of the .n steps (default: number of cores)
+  --batch N            inserts per commit in load (default 1000)
+  --engines LIST       comma-separated: larch,lmdb,redb,sqlite,fjall (default: all built in)
+  --steps LIST         comma-separated, of {}
+  --larch-setups LIST  policy/write-mode pairs (default {DEFAULT_LARCH_SETUP}); policies
+                       null,first-fit,best-fit,append-run; modes pwrite,mmap; optional
+                       :advice=normal|random|sequential, :ct=FRACTION|off (compaction threshold),
+                       :page=BYTES, e.g. first-fit/pwrite:ct=0.25
+  --seed S             run seed (default: a fresh one, printed)
+  --dir PATH           where database files go (default OUT/db, removed afterwards)
+  --out DIR            results (default <target>/workload/<timestamp>, and <target>/workload/latest)
+  --mem-limit MB       not-cached mode: each engine's process may use MB of memory, page cache included
+  --mem-mechanism M    auto (default), cgroup or ballast
+  --io-counter C       wKB/o from the block device's sectors written (device, the default; falls
+                       back to proc when unreadable) or /proc/self/io write_bytes (proc)
+  --keep               keep the database files
+  --no-limits          do not measure the limits (fdatasync/s, in-memory BTreeMap, direct reads)",
+        steps::ALL.map(|s| s.name()).join(",")
+    )
+}
+
+fn value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
+    *i += 1;
+    args.get(*i)
+        .map(String::as_str)
+        .ok_or_else(|| format!("{flag} needs a value"))
+}
+
+fn num<T: std::str::FromStr>(s: &str, flag: &str) -> Result<T, String> {
+    s.trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("{flag}: {s:?} is not a valid number"))
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+impl Config {
+    /// Parse the arguments (without the program name). `Err` carries the message to print;
+    /// `--help` gives `Err("")`.
+    pub fn parse(args: &[String]) -> Result<Config, String> {
+        let mut c = Config {
+            quick: false,
+            docs: 200_000,
+            secs: 5.0,
+            value_size: 256,
+            key_size: 16,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            batch: 1000,
+            engines: None,
+            steps: steps::ALL.to_vec(),
+            larch_setups: vec![DEFAULT_LARCH_SETUP.to_string()],
+            seed: None,
+            dir: None,
+            out: None,
+            mem_limit: None,
+            mem_mechanism: MemMechanism::Auto,
+            io_counter: IoCounter::Device,
+            keep: false,
+            no_limits: false,
+            child: None,
+            ballast: None,
+        };
+        let mut docs = None;
+        let mut secs = None;
+        let mut i = 0;
+        while i < args.len() {
+            let a = args[i].as_str();
+            match a {
+                // cargo passes --bench to harness = false benchmarks.
+                "--bench" => {}
+                "-h" | "--help" => return Err(String::new()),
+                "--quick" => c.quick = true,
+                "--keep" => c.keep = true,
+                "--no-limits" => c.no_limits = true,
+                "--docs" => docs = Some(num::<u64>(value(args, &mut i, a)?, a)?),
+                "--secs" => secs = Some(num::<f64>(value(args, &mut i, a)?, a)?),
+                "--value-size" => c.value_size = num(value(args, &mut i, a)?, a)?,
+                "--key-size" => c.key_size = num(value(args, &mut i, a)?, a)?,
+                "--threads" => c.threads = num(value(args, &mut i, a)?, a)?,
+                "--batch" => c.batch = num(value(args, &mut i, a)?, a)?,
+                "--engines" => c.engines = Some(list(value(args, &mut i, a)?)),
+                "--steps" => c.steps = steps::parse_list(value(args, &mut i, a)?)?,
+                "--larch-setups" => c.larch_setups = list(value(args, &mut i, a)?),
+                "--seed" => c.seed = Some(num(value(args, &mut i, a)?, a)?),
+                "--dir" => c.dir = Some(PathBuf::from(value(args, &mut i, a)?)),
+                "--out" => c.out = Some(PathBuf::from(value(args, &mut i, a)?)),
+                "--mem-limit" => {
+                    let mb: u64 = num(value(args, &mut i, a)?, a)?;
+                    c.mem_limit = Some(mb << 20);
+                }
+                "--mem-mechanism" => {
+                    c.mem_mechanism = match value(args, &mut i, a)? {
+                        "auto" => MemMechanism::Auto,
+                        "cgroup" => MemMechanism::Cgroup,
+                        "ballast" => MemMechanism::Ballast,
+                        other => {
+                            return Err(format!(
+                                "--mem-mechanism {other:?}: use auto, cgroup or ballast"
+                            ))
+                        }
+                    }
+                }
+                "--io-counter" => {
+                    c.io_counter = match value(args, &mut i, a)? {
+                        "device" => IoCounter::Device,
+                        "proc" => IoCounter::Proc,
+                        other => return Err(format!("--io-counter {other:?}: use device or proc")),
+                    }
+                }
+                "--internal-child" => {
+                    let engine = value(args, &mut i, a)?.to_string();
+                    let setup = value(args, &mut i, a)?.to_string();
+                    let results = PathBuf::from(value(args, &mut i, a)?);
+                    let cgroup = c.child.take().and_then(|r| r.cgroup);
+                    c.child = Some(ChildRole {
+                        engine,
+                        setup,
+                        results,
+                        cgroup,
+                    });
+                }
+                "--internal-cgroup" => {
+                    let path = PathBuf::from(value(args, &mut i, a)?);
+                    match &mut c.child {
+                        Some(r) => r.cgroup = Some(path),
+                        None => return Err("--internal-cgroup must follow --internal-child".into()),
+                    }
+                }
+                "--internal-ballast" => c.ballast = Some(num(value(args, &mut i, a)?, a)?),
+                other => return Err(format!("unknown option {other:?}")),
+            }
+            i += 1;
+        }
+        if c.quick {
+            c.docs = QUICK_DOCS;
+            c.secs = QUICK_SECS;
+        }
+        if let Some(d) = docs {
+            c.docs = d;
+        }
+        if let Some(s) = secs {
+            c.secs = s;
+        }
+        if c.docs == 0 {
+            return Err("--docs must be at least 1".into());
+        }
+        if !(c.secs > 0.0 && c.secs.is_finite()) {
+            return Err("--secs must be a positive number".into());
+        }
+        if c.threads == 0 {
+            return Err("--threads must be at least 1".into());
+        }
+        if c.batch == 0 {
+            return Err("--batch must be at least 1".into());
+        }
+        if c.value_size == 0 || c.value_size > 1 << 20 {
+            return Err("--value-size must be between 1 and 1048576".into());
+        }
+        crate::keys::KeyGen::new(c.key_size).map_err(|e| format!("--key-size: {e}"))?;
+        if c.larch_setups.is_empty() {
+            return Err("--larch-setups names no setup".into());
+        }
+        for s in &c.larch_setups {
+            crate::larch::Setup::parse(s).map_err(|e| format!("--larch-setups: {e}"))?;
+        }
+        if c.mem_limit == Some(0) {
+            return Err("--mem-limit must be at least 1 MB".into());
+        }
+        Ok(c)
+    }
+
+    /// The arguments that make a child run `engine`/`setup` exactly as this run does.
+    pub fn child_args(
+        &self,
+        engine: &str,
+        setup: &str,
+        seed: u64,
+        dir: &std::path::Path,
+        results: &std::path::Path,
+        cgroup: Option<&std::path::Path>,
+    ) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "--docs".into(),
+            self.docs.to_string(),
+            "--secs".into(),
+            self.secs.to_string(),
+            "--value-size".into(),
+            self.value_size.to_string(),
+            "--key-size".into(),
+            self.key_size.to_string(),
+            "--threads".into(),
+            self.threads.to_string(),
+            "--batch".into(),
+            self.batch.to_string(),
+            "--steps".into(),
+            self.steps
+                .iter()
+                .map(|s| s.name())
+                .collect::<Vec<_>>()
+                .join(","),
+            "--seed".into(),
+            seed.to_string(),
+            "--dir".into(),
+            dir.display().to_string(),
+        ];
+        if let Some(m) = self.mem_limit {
+            a.push("--mem-limit".into());
+            a.push((m >> 20).to_string());
+        }
+        if self.keep {
+            a.push("--keep".into());
+        }
+        if self.io_counter == IoCounter::Proc {
+            a.push("--io-counter".into());
+            a.push("proc".into());
+        }
+        a.extend([
+            "--internal-child".into(),
+            engine.into(),
+            setup.into(),
+            results.display().to_string(),
+        ]);
+        if let Some(cg) = cgroup {
+            a.push("--internal-cgroup".into());
+            a.push(cg.display().to_string());
+        }
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Config, String> {
+        let args: Vec<String> = s.split_whitespace().map(String::from).collect();
+        Config::parse(&args)
+    }
+
+    #[test]
+    fn defaults_and_quick() {
+        let c = parse("--bench").unwrap();
+        assert_eq!(
+            (c.docs, c.secs, c.value_size, c.key_size),
+            (200_000, 5.0, 256, 16)
+        );
+        assert_eq!(c.steps.len(), 13);
+        assert_eq!(c.larch_setups, vec!["first-fit/pwrite".to_string()]);
+        let q = parse("--quick").unwrap();
+        assert_eq!((q.docs, q.secs), (QUICK_DOCS, QUICK_SECS));
+        // Explicit sizes win over --quick whatever the order.
+        let q = parse("--docs 1000 --quick --secs 0.5").unwrap();
+        assert_eq!((q.docs, q.secs), (1000, 0.5));
+    }
+
+    #[test]
+    fn every_option() {
+        let c = parse(
+            "--docs 1_000 --secs 2.5 --value-size 1024 --key-size 24 --threads 4 --batch 10 \
+             --engines larch,lmdb --steps pq.1,load --larch-setups null/pwrite,first-fit/mmap \
+             --seed 42 --dir /tmp/x --out /tmp/o --mem-limit 256 --mem-mechanism cgroup --io-counter proc --keep --no-limits",
+        )
+        .unwrap();
+        assert_eq!(c.docs, 1000);
+        assert_eq!(c.secs, 2.5);
+        assert_eq!(
+            (c.value_size, c.key_size, c.threads, c.batch),
+            (1024, 24, 4, 10)
+        );
+        assert_eq!(c.engines, Some(vec!["larch".into(), "lmdb".into()]));
+        assert_eq!(
+            c.steps.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            vec!["load", "pq.1"]
+        );
+        assert_eq!(c.larch_setups.len(), 2);
+        assert_eq!(c.seed, Some(42));
+        assert_eq!(c.dir, Some(PathBuf::from("/tmp/x")));
+        assert_eq!(c.out, Some(PathBuf::from("/tmp/o")));
+        assert_eq!(c.mem_limit, Some(256 << 20));
+        assert_eq!(c.mem_mechanism, MemMechanism::Cgroup);
+        assert!(c.keep && c.no_limits);
+        assert_eq!(c.io_counter, IoCounter::Proc);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        for bad in [
+            "--docs",
+            "--docs x",
+            "--docs 0",
+            "--secs -1",
+            "--threads 0",
+            "--key-size 8",
+            "--value-size 0",
+            "--steps load,bogus",
+            "--larch-setups nope/pwrite",
+            "--larch-setups first-fit/nope",
+            "--mem-mechanism swap",
+            "--io-counter disk",
+            "--frobnicate",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
+        assert_eq!(parse("--help"), Err(String::new()));
+    }
+
+    #[test]
+    fn child_args_round_trip() {
+        let c = parse(
+            "--docs 500 --secs 0.1 --steps load,pq.n --mem-limit 64 --threads 3 --io-counter proc",
+        )
+        .unwrap();
+        let args = c.child_args(
+            "larch",
+            "null/mmap",
+            7,
+            std::path::Path::new("/d"),
+            std::path::Path::new("/r"),
+            Some(std::path::Path::new("/cg")),
+        );
+        let child = Config::parse(&args).unwrap();
+        assert_eq!(child.docs, 500);
+        assert_eq!(child.secs, 0.1);
+        assert_eq!(child.threads, 3);
+        assert_eq!(child.seed, Some(7));
+        assert_eq!(child.mem_limit, Some(64 << 20));
+        assert_eq!(child.steps, c.steps);
+        assert_eq!(child.io_counter, IoCounter::Proc);
+        assert_eq!(
+            child.child,
+            Some(ChildRole {
+                engine: "larch".into(),
+                setup: "null/mmap".into(),
+                results: PathBuf::from("/r"),
+                cgroup: Some(PathBuf::from("/cg")),
+            })
+        );
+    }
+}

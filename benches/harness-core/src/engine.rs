@@ -1,0 +1,126 @@
+//! What an engine must provide to be measured.
+//!
+//! The runner opens an engine once per child process and drives every step through it. Each
+//! thread of a step asks for its own [`Writer`] or [`Reader`] (SQLite needs a connection per
+//! thread; the others hand out cheap views), so the handles need not be `Send`.
+
+use std::path::Path;
+
+/// Errors from engines, the runner and the writers: anything printable.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Result with [`BoxError`].
+pub type Result<T> = std::result::Result<T, BoxError>;
+
+/// Whether a commit must survive power loss when it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Durable when commit returns (larch `Sync`, LMDB default flags, redb `Immediate`,
+    /// SQLite `synchronous=FULL`, fjall `PersistMode::SyncData`).
+    Sync,
+    /// In the OS page cache when commit returns; durable at the next sync.
+    Async,
+}
+
+impl Durability {
+    /// `sync` or `async`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Async => "async",
+        }
+    }
+}
+
+/// What every engine is told when it is opened (and when its configuration is described).
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Documents loaded.
+    pub docs: u64,
+    /// Key length in bytes.
+    pub key_size: usize,
+    /// Value length in bytes.
+    pub value_size: usize,
+    /// The n of the .n steps.
+    pub threads: usize,
+    /// The memory the child process may use (not-cached mode), in bytes.
+    pub mem_limit: Option<u64>,
+}
+
+impl EngineConfig {
+    /// Logical bytes of the data set: docs x (key + value).
+    pub fn logical_bytes(&self) -> u64 {
+        self.docs * (self.key_size + self.value_size) as u64
+    }
+
+    /// A cache size for engines that keep their own (redb, fjall, SQLite): `cached` when the
+    /// run is cached, else a quarter of the memory limit (fjall's own advice is 20-25% of
+    /// the memory available), never below 4 MiB.
+    pub fn own_cache_bytes(&self, cached: u64) -> u64 {
+        match self.mem_limit {
+            None => cached,
+            Some(limit) => (limit / 4).clamp(4 << 20, cached),
+        }
+    }
+}
+
+/// Makes [`Engine`]s of one kind. Lives in the parent and in the child.
+pub trait EngineFactory: Sync {
+    /// The engine's name in results: `larch`, `lmdb`, `redb`, `sqlite`, `fjall`.
+    fn name(&self) -> &'static str;
+    /// The setups to run given the `--larch-setups` list: larch runs each of them, a peer
+    /// runs its single configuration (named `default`).
+    fn setups(&self, larch_setups: &[String]) -> Vec<String> {
+        let _ = larch_setups;
+        vec!["default".to_string()]
+    }
+    /// Check a setup name before anything runs.
+    fn check_setup(&self, setup: &str) -> Result<()> {
+        if setup == "default" {
+            Ok(())
+        } else {
+            Err(format!("{} has no setup {setup:?}", self.name()).into())
+        }
+    }
+    /// The only steps this engine/setup can run (`None`: all of them, after a load that
+    /// runs even when `--steps` leaves it out). Limits use this.
+    fn steps(&self, setup: &str) -> Option<Vec<crate::steps::Step>> {
+        let _ = setup;
+        None
+    }
+    /// The configuration `open` uses, written into results.json: (setting, value) pairs.
+    fn describe(&self, setup: &str, cfg: &EngineConfig) -> Vec<(String, String)>;
+    /// Open (creating) a database in the empty directory `dir`.
+    fn open(&self, dir: &Path, setup: &str, cfg: &EngineConfig) -> Result<Box<dyn Engine>>;
+}
+
+/// One open database.
+pub trait Engine: Send + Sync {
+    /// Called before each writing step (never while a step runs): the durability of the
+    /// commits that follow.
+    fn set_durability(&self, d: Durability) -> Result<()>;
+    /// A writing handle for the calling thread. Writers of different threads may commit
+    /// concurrently; the engine serializes them as it does for any application.
+    fn writer(&self) -> Result<Box<dyn Writer + '_>>;
+    /// A reading handle for the calling thread.
+    fn reader(&self) -> Result<Box<dyn Reader + '_>>;
+    /// Make every commit so far durable.
+    fn sync(&self) -> Result<()>;
+    /// Close cleanly (consumes the handle; dropping does the same without the error).
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// Writes for one thread.
+pub trait Writer {
+    /// Insert or overwrite every pair, in one transaction, with the durability last set.
+    fn write(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<()>;
+}
+
+/// Reads for one thread. Every call is its own read transaction (snapshot), as a request
+/// served by an application would be.
+pub trait Reader {
+    /// The length of the value of `key`, if present.
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>>;
+    /// Read up to `n` entries with keys >= `start`, in key order; returns how many were read
+    /// (each key and value is touched: their lengths are summed into `bytes`).
+    fn scan(&mut self, start: &[u8], n: usize, bytes: &mut u64) -> Result<usize>;
+}

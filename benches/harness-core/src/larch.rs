@@ -1,0 +1,342 @@
+//! larch as a measured engine. A setup is `POLICY/WRITEMODE`, optionally followed by
+//! `:advice=normal|random|sequential`, `:ct=FRACTION|off` (compaction threshold) and
+//! `:page=BYTES`.
+
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use larch_engine::{Advice, Db, Durability as LDurability, Options, Policy, WriteMode};
+
+use crate::engine::{Durability, Engine, EngineConfig, EngineFactory, Reader, Result, Writer};
+
+/// The tree every larch setup stores documents in.
+pub const TREE: &str = "bench";
+/// The database file inside the engine's directory.
+pub const FILE: &str = "bench.larch";
+
+/// A parsed larch setup.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Setup {
+    /// Free-space policy.
+    pub policy: Policy,
+    /// How dirty pages reach the file.
+    pub write_mode: WriteMode,
+    /// madvise of the read map.
+    pub advice: Advice,
+    /// Background compaction threshold.
+    pub compaction_threshold: Option<f64>,
+    /// Page size of the new file.
+    pub page_size: usize,
+}
+
+fn advice_from_name(s: &str) -> Option<Advice> {
+    [Advice::Normal, Advice::Random, Advice::Sequential]
+        .into_iter()
+        .find(|a| a.name() == s)
+}
+
+impl Setup {
+    /// Parse `POLICY/WRITEMODE[:key=value...]`.
+    pub fn parse(s: &str) -> std::result::Result<Setup, String> {
+        let mut parts = s.split(':');
+        let head = parts.next().unwrap_or_default();
+        let (p, m) = head
+            .split_once('/')
+            .ok_or_else(|| format!("setup {s:?} is not POLICY/WRITEMODE"))?;
+        let policy = Policy::from_name(p).ok_or_else(|| {
+            format!(
+                "setup {s:?}: unknown policy {p:?} (policies: {})",
+                Policy::ALL.map(|p| p.name()).join(", ")
+            )
+        })?;
+        let write_mode = WriteMode::from_name(m).ok_or_else(|| {
+            format!(
+                "setup {s:?}: unknown write mode {m:?} (modes: {})",
+                WriteMode::ALL.map(|m| m.name()).join(", ")
+            )
+        })?;
+        let defaults = Options::default();
+        let mut setup = Setup {
+            policy,
+            write_mode,
+            advice: Advice::Random,
+            compaction_threshold: None,
+            page_size: defaults.get_page_size(),
+        };
+        for part in parts {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("setup {s:?}: {part:?} is not key=value"))?;
+            match k {
+                "advice" => {
+                    setup.advice = advice_from_name(v).ok_or_else(|| {
+                        format!("setup {s:?}: advice is normal, random or sequential")
+                    })?
+                }
+                "ct" => {
+                    setup.compaction_threshold = if v == "off" {
+                        None
+                    } else {
+                        let t: f64 = v
+                            .parse()
+                            .map_err(|_| format!("setup {s:?}: ct={v} is not a number"))?;
+                        if !(t > 0.0 && t < 1.0) {
+                            return Err(format!("setup {s:?}: ct must be between 0 and 1"));
+                        }
+                        Some(t)
+                    }
+                }
+                "page" => {
+                    setup.page_size = v
+                        .parse()
+                        .map_err(|_| format!("setup {s:?}: page={v} is not a number"))?
+                }
+                _ => return Err(format!("setup {s:?}: unknown setting {k:?}")),
+            }
+        }
+        Ok(setup)
+    }
+
+    /// The options the setup opens the database with.
+    pub fn options(&self) -> Options {
+        Options::default()
+            .policy(self.policy)
+            .write_mode(self.write_mode)
+            .advice(self.advice)
+            .page_size(self.page_size)
+            .compaction_threshold(self.compaction_threshold)
+            .durability(LDurability::Sync)
+    }
+}
+
+/// Makes larch engines.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LarchFactory;
+
+impl EngineFactory for LarchFactory {
+    fn name(&self) -> &'static str {
+        "larch"
+    }
+
+    fn setups(&self, larch_setups: &[String]) -> Vec<String> {
+        larch_setups.to_vec()
+    }
+
+    fn check_setup(&self, setup: &str) -> Result<()> {
+        Setup::parse(setup).map(|_| ()).map_err(Into::into)
+    }
+
+    fn describe(&self, setup: &str, _cfg: &EngineConfig) -> Vec<(String, String)> {
+        let s = match Setup::parse(setup) {
+            Ok(s) => s,
+            Err(e) => return vec![("error".into(), e)],
+        };
+        let v = |k: &str, v: String| (k.to_string(), v);
+        vec![
+            v("version", env!("CARGO_PKG_VERSION").to_string()),
+            v("file", format!("one file, {FILE}, tree {TREE:?}")),
+            v("policy", s.policy.name().to_string()),
+            v("write_mode", s.write_mode.name().to_string()),
+            v("advice", s.advice.name().to_string()),
+            v("page_size", s.page_size.to_string()),
+            v(
+                "compaction_threshold",
+                s.compaction_threshold
+                    .map_or("off".to_string(), |t| t.to_string()),
+            ),
+            v("verify_checksums", "false (the default)".into()),
+            v(
+                "sync",
+                "Durability::Sync with the engine's default commit protocol (docs/format.md): durable when commit returns"
+                    .into(),
+            ),
+            v(
+                "async",
+                "Durability::Async: no write of the meta and no sync until the next sync".into(),
+            ),
+            v(
+                "sync_all",
+                "Db::sync (after load, and after each async step, untimed)".into(),
+            ),
+            v(
+                "reads",
+                "one read transaction (begin_read + open_tree) per get or scan; values are slices into the map"
+                    .into(),
+            ),
+            v(
+                "writes",
+                "one write transaction (begin_write + open_tree + inserts + commit) per batch; concurrent writers wait for the writer lock"
+                    .into(),
+            ),
+        ]
+    }
+
+    fn open(&self, dir: &Path, setup: &str, _cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+        let s = Setup::parse(setup)?;
+        let db = Db::open(dir.join(FILE), s.options())?;
+        // Create the tree now (if missing), so readers never find it missing.
+        let missing = matches!(
+            db.begin_read()?.open_tree(TREE),
+            Err(larch_engine::Error::TreeNotFound(_))
+        );
+        if missing {
+            let mut tx = db.begin_write()?;
+            tx.open_tree(TREE)?;
+            tx.commit()?;
+        }
+        Ok(Box::new(LarchEngine {
+            db,
+            sync: AtomicBool::new(true),
+        }))
+    }
+}
+
+struct LarchEngine {
+    db: Db,
+    sync: AtomicBool,
+}
+
+impl Engine for LarchEngine {
+    fn set_durability(&self, d: Durability) -> Result<()> {
+        self.sync.store(d == Durability::Sync, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn writer(&self) -> Result<Box<dyn Writer + '_>> {
+        Ok(Box::new(LarchWriter { e: self }))
+    }
+
+    fn reader(&self) -> Result<Box<dyn Reader + '_>> {
+        Ok(Box::new(LarchReader { db: &self.db }))
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(self.db.sync()?)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.db.sync()?;
+        drop(self);
+        Ok(())
+    }
+}
+
+struct LarchWriter<'e> {
+    e: &'e LarchEngine,
+}
+
+impl Writer for LarchWriter<'_> {
+    fn write(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut tx = self.e.db.begin_write()?;
+        tx.set_durability(if self.e.sync.load(Ordering::Relaxed) {
+            LDurability::Sync
+        } else {
+            LDurability::Async
+        });
+        {
+            let mut t = tx.open_tree(TREE)?;
+            for (k, v) in pairs {
+                t.insert(k, v)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+struct LarchReader<'e> {
+    db: &'e Db,
+}
+
+impl Reader for LarchReader<'_> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>> {
+        let rx = self.db.begin_read()?;
+        let t = rx.open_tree(TREE)?;
+        Ok(t.get(key)?.map(<[u8]>::len))
+    }
+
+    fn scan(&mut self, start: &[u8], n: usize, bytes: &mut u64) -> Result<usize> {
+        let rx = self.db.begin_read()?;
+        let t = rx.open_tree(TREE)?;
+        let mut got = 0;
+        for e in t.range((Bound::Included(start), Bound::Unbounded))? {
+            let (k, v) = e?;
+            *bytes += (k.len() + v.len()) as u64;
+            got += 1;
+            if got == n {
+                break;
+            }
+        }
+        Ok(got)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_setups() {
+        let s = Setup::parse("first-fit/pwrite").unwrap();
+        assert_eq!(s.policy, Policy::FirstFit);
+        assert_eq!(s.write_mode, WriteMode::Pwrite);
+        assert_eq!(s.advice, Advice::Random);
+        assert_eq!(s.compaction_threshold, None);
+        let s = Setup::parse("null/mmap:advice=normal:ct=0.25:page=8192").unwrap();
+        assert_eq!(s.policy, Policy::Null);
+        assert_eq!(s.write_mode, WriteMode::Mmap);
+        assert_eq!(s.advice, Advice::Normal);
+        assert_eq!(s.compaction_threshold, Some(0.25));
+        assert_eq!(s.page_size, 8192);
+        for p in Policy::ALL {
+            for m in WriteMode::ALL {
+                assert!(Setup::parse(&format!("{}/{}", p.name(), m.name())).is_ok());
+            }
+        }
+        for bad in [
+            "first-fit",
+            "x/pwrite",
+            "null/x",
+            "null/pwrite:ct=2",
+            "null/pwrite:zz=1",
+            "null/pwrite:advice",
+        ] {
+            assert!(Setup::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn writes_reads_and_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EngineConfig {
+            docs: 10,
+            key_size: 16,
+            value_size: 8,
+            threads: 1,
+            mem_limit: None,
+        };
+        let e = LarchFactory
+            .open(dir.path(), "first-fit/pwrite", &cfg)
+            .unwrap();
+        e.set_durability(Durability::Async).unwrap();
+        {
+            let mut w = e.writer().unwrap();
+            w.write(&[
+                (b"a".as_slice(), b"1".as_slice()),
+                (b"b", b"22"),
+                (b"c", b"333"),
+            ])
+            .unwrap();
+        }
+        e.sync().unwrap();
+        let mut r = e.reader().unwrap();
+        assert_eq!(r.get(b"b").unwrap(), Some(2));
+        assert_eq!(r.get(b"z").unwrap(), None);
+        let mut bytes = 0;
+        assert_eq!(r.scan(b"b", 20, &mut bytes).unwrap(), 2);
+        assert_eq!(bytes, 2 + 3 + 2);
+        drop(r);
+        e.close().unwrap();
+    }
+}

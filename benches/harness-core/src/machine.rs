@@ -1,0 +1,180 @@
+//! What the machine is: cores, memory, kernel, CPU, the device and filesystem of the
+//! database directory, and the date.
+
+use std::fs;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::counters::{parse_status_kib, Device};
+use crate::json::{obj, Json};
+
+/// (year, month, day, hour, minute, second) in UTC of a Unix time.
+pub fn civil(unix: u64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = (unix / 86_400) as i64;
+    let secs = unix % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        y,
+        m,
+        d,
+        (secs / 3600) as u32,
+        (secs / 60 % 60) as u32,
+        (secs % 60) as u32,
+    )
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `2026-11-22T11:19:05Z`.
+pub fn iso_now() -> String {
+    let (y, mo, d, h, mi, s) = civil(unix_now());
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
+
+/// `20261122-111905` (UTC), for directory names.
+pub fn stamp_now() -> String {
+    let (y, mo, d, h, mi, s) = civil(unix_now());
+    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
+}
+
+/// The mount holding `path`: (mount point, filesystem type, source), from /proc/self/mounts.
+pub fn mount_of(path: &Path) -> Option<(String, String, String)> {
+    let path = fs::canonicalize(path).ok()?;
+    let text = fs::read_to_string("/proc/self/mounts").ok()?;
+    let mut best: Option<(String, String, String)> = None;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 3 {
+            continue;
+        }
+        let mp = f[1].replace("\\040", " ");
+        if path.starts_with(&mp) && best.as_ref().is_none_or(|b| mp.len() >= b.0.len()) {
+            best = Some((mp, f[2].to_string(), f[0].to_string()));
+        }
+    }
+    best
+}
+
+fn first_line_field(text: &str, field: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == field).then(|| v.trim().to_string())
+    })
+}
+
+/// The 1, 5 and 15 minute load averages (/proc/loadavg): other work on the machine.
+pub fn loadavg() -> Option<String> {
+    let text = fs::read_to_string("/proc/loadavg").ok()?;
+    let parts: Vec<&str> = text.split_whitespace().take(3).collect();
+    (parts.len() == 3).then(|| parts.join(" "))
+}
+
+/// The source the harness was run from: `git rev-parse --short HEAD`, plus `-dirty` when
+/// the work tree has changes (the engine measured may differ from the commit).
+pub fn source_revision() -> Option<String> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"])?;
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}-dirty") } else { head })
+}
+
+/// The `machine` object of results.json.
+pub fn describe(dir: &Path, device: Option<&Device>) -> Json {
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .ok();
+    let mount = mount_of(dir);
+    let thp = fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .map(|s| s.trim().to_string())
+        .ok();
+    obj([
+        ("date", Json::from(iso_now())),
+        (
+            "nproc",
+            std::thread::available_parallelism()
+                .map_or(0, |n| n.get())
+                .into(),
+        ),
+        ("cpu", first_line_field(&cpuinfo, "model name").into()),
+        (
+            "mem_total_bytes",
+            parse_status_kib(&meminfo, "MemTotal")
+                .map(|k| k << 10)
+                .into(),
+        ),
+        (
+            "mem_available_bytes",
+            parse_status_kib(&meminfo, "MemAvailable")
+                .map(|k| k << 10)
+                .into(),
+        ),
+        ("kernel", kernel.into()),
+        ("loadavg_at_start", loadavg().into()),
+        ("transparent_hugepage", thp.into()),
+        ("db_dir", Json::from(dir.display().to_string())),
+        ("filesystem", mount.as_ref().map(|m| m.1.clone()).into()),
+        ("mount_point", mount.as_ref().map(|m| m.0.clone()).into()),
+        ("mount_source", mount.as_ref().map(|m| m.2.clone()).into()),
+        ("device", device.map(|d| d.name.clone()).into()),
+        (
+            "device_rotational",
+            device.and_then(Device::rotational).into(),
+        ),
+    ])
+}
+
+/// Total memory in bytes.
+pub fn mem_total() -> Option<u64> {
+    parse_status_kib(&fs::read_to_string("/proc/meminfo").ok()?, "MemTotal").map(|k| k << 10)
+}
+
+/// Memory available (MemAvailable) in bytes.
+pub fn mem_available() -> Option<u64> {
+    parse_status_kib(&fs::read_to_string("/proc/meminfo").ok()?, "MemAvailable").map(|k| k << 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil(0), (1970, 1, 1, 0, 0, 0));
+        assert_eq!(civil(951_782_400), (2000, 2, 29, 0, 0, 0));
+        assert_eq!(civil(1_700_000_000), (2023, 11, 14, 22, 13, 20));
+        assert_eq!(civil(4_102_444_799), (2099, 12, 31, 23, 59, 59));
+    }
+
+    #[test]
+    fn describes_this_machine() {
+        let m = describe(Path::new("/"), None).pretty();
+        assert!(m.contains("\"nproc\": "));
+        assert!(m.contains("\"kernel\": \""));
+        assert!(mount_of(Path::new("/")).is_some());
+        assert!(stamp_now().len() == 15);
+    }
+}

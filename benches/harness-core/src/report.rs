@@ -1,0 +1,451 @@
+//! One result row per engine, setup and step; how rows travel from a child to the parent;
+//! results.json and results.csv.
+
+use crate::json::{obj, Json};
+
+/// What one engine/setup did in one step. The first fields are exactly the `rows` objects
+/// of results.json; the rest go to its `details`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Row {
+    /// `larch`, `lmdb`, `redb`, `sqlite`, `fjall`, or `limit`.
+    pub engine: String,
+    /// larch's policy/write mode, a limit's name, or `default`.
+    pub setup: String,
+    /// Step name.
+    pub step: String,
+    /// Operations per second (NaN when the step failed).
+    pub ops: f64,
+    /// Median latency per operation (load: per commit), microseconds.
+    pub p50_us: f64,
+    /// 99th percentile, microseconds.
+    pub p99_us: f64,
+    /// 99.9th percentile, microseconds.
+    pub p999_us: f64,
+    /// Database bytes allocated on disk after the step (du).
+    pub db_bytes: u64,
+    /// Database bytes, apparent (file lengths).
+    pub db_apparent_bytes: u64,
+    /// read_bytes of /proc/self/io per operation, in 4 KiB units.
+    pub reads_per_op: f64,
+    /// KiB written per operation (device sectors, or /proc/self/io write_bytes: see `wkb_source`).
+    pub wkb_per_op: f64,
+    /// Context switches per operation.
+    pub cs_per_op: f64,
+    /// User + system CPU microseconds per operation.
+    pub cpu_us_per_op: f64,
+    /// Peak resident memory during the step.
+    pub rss_bytes: u64,
+    /// db_bytes / (docs x (key + value)).
+    pub space_amp: f64,
+    // ---- details ----
+    /// Operations counted.
+    pub ops_total: u64,
+    /// Seconds the operations took.
+    pub secs: f64,
+    /// Threads of the main activity.
+    pub threads: usize,
+    /// Major faults per operation.
+    pub major_faults_per_op: f64,
+    /// read_bytes of /proc/self/io over the step.
+    pub proc_read_bytes: Option<u64>,
+    /// write_bytes of /proc/self/io over the step.
+    pub proc_write_bytes: Option<u64>,
+    /// Bytes written to the device over the step (whole machine).
+    pub device_write_bytes: Option<u64>,
+    /// `device:NAME` or `proc:write_bytes`.
+    pub wkb_source: String,
+    /// Writes/s of the limited writer (pqw, rqw).
+    pub writer_ops: Option<f64>,
+    /// Why the step has no numbers.
+    pub error: Option<String>,
+}
+
+/// Field names of the `rows` objects, in order.
+pub const ROW_FIELDS: [&str; 15] = [
+    "engine",
+    "setup",
+    "step",
+    "ops",
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "db_bytes",
+    "db_apparent_bytes",
+    "reads_per_op",
+    "wkb_per_op",
+    "cs_per_op",
+    "cpu_us_per_op",
+    "rss_bytes",
+    "space_amp",
+];
+
+/// Field names of the `details` objects (after engine, setup, step).
+pub const DETAIL_FIELDS: [&str; 10] = [
+    "ops_total",
+    "secs",
+    "threads",
+    "major_faults_per_op",
+    "proc_read_bytes",
+    "proc_write_bytes",
+    "device_write_bytes",
+    "wkb_source",
+    "writer_ops",
+    "error",
+];
+
+fn escape(s: &str) -> String {
+    s.replace('%', "%25")
+        .replace('\t', "%09")
+        .replace('\n', "%0A")
+        .replace('=', "%3D")
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("%3D", "=")
+        .replace("%0A", "\n")
+        .replace("%09", "\t")
+        .replace("%25", "%")
+}
+
+fn opt<T: ToString>(o: &Option<T>) -> String {
+    o.as_ref().map_or(String::new(), ToString::to_string)
+}
+
+impl Row {
+    /// A row with no numbers, for a step that failed or never ran.
+    pub fn failed(engine: &str, setup: &str, step: &str, error: String) -> Row {
+        Row {
+            engine: engine.into(),
+            setup: setup.into(),
+            step: step.into(),
+            ops: f64::NAN,
+            p50_us: f64::NAN,
+            p99_us: f64::NAN,
+            p999_us: f64::NAN,
+            reads_per_op: f64::NAN,
+            wkb_per_op: f64::NAN,
+            cs_per_op: f64::NAN,
+            cpu_us_per_op: f64::NAN,
+            space_amp: f64::NAN,
+            major_faults_per_op: f64::NAN,
+            error: Some(error),
+            ..Row::default()
+        }
+    }
+
+    /// engine, or `engine setup` when the setup is not `default`: the column name.
+    pub fn label(&self) -> String {
+        label(&self.engine, &self.setup)
+    }
+
+    /// Every field as (name, text), rows fields first: the CSV columns and the line format.
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("engine", self.engine.clone()),
+            ("setup", self.setup.clone()),
+            ("step", self.step.clone()),
+            ("ops", self.ops.to_string()),
+            ("p50_us", self.p50_us.to_string()),
+            ("p99_us", self.p99_us.to_string()),
+            ("p999_us", self.p999_us.to_string()),
+            ("db_bytes", self.db_bytes.to_string()),
+            ("db_apparent_bytes", self.db_apparent_bytes.to_string()),
+            ("reads_per_op", self.reads_per_op.to_string()),
+            ("wkb_per_op", self.wkb_per_op.to_string()),
+            ("cs_per_op", self.cs_per_op.to_string()),
+            ("cpu_us_per_op", self.cpu_us_per_op.to_string()),
+            ("rss_bytes", self.rss_bytes.to_string()),
+            ("space_amp", self.space_amp.to_string()),
+            ("ops_total", self.ops_total.to_string()),
+            ("secs", self.secs.to_string()),
+            ("threads", self.threads.to_string()),
+            ("major_faults_per_op", self.major_faults_per_op.to_string()),
+            ("proc_read_bytes", opt(&self.proc_read_bytes)),
+            ("proc_write_bytes", opt(&self.proc_write_bytes)),
+            ("device_write_bytes", opt(&self.device_write_bytes)),
+            ("wkb_source", self.wkb_source.clone()),
+            ("writer_ops", opt(&self.writer_ops)),
+            ("error", opt(&self.error)),
+        ]
+    }
+
+    /// One line, `name=value` pairs separated by tabs: what a child writes for its parent.
+    pub fn to_line(&self) -> String {
+        let parts: Vec<String> = self
+            .fields()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={}", escape(&v)))
+            .collect();
+        parts.join("\t")
+    }
+
+    /// Inverse of [`Row::to_line`].
+    pub fn from_line(line: &str) -> Result<Row, String> {
+        let mut r = Row::default();
+        let f = |v: &str| -> Result<f64, String> {
+            v.parse::<f64>().map_err(|_| format!("bad number {v:?}"))
+        };
+        let u = |v: &str| -> Result<u64, String> {
+            v.parse::<u64>().map_err(|_| format!("bad integer {v:?}"))
+        };
+        let ou = |v: &str| -> Result<Option<u64>, String> {
+            if v.is_empty() {
+                Ok(None)
+            } else {
+                u(v).map(Some)
+            }
+        };
+        let mut seen = 0;
+        for part in line.trim_end_matches('\n').split('\t') {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not name=value"))?;
+            let v = unescape(v);
+            let v = v.as_str();
+            match k {
+                "engine" => r.engine = v.into(),
+                "setup" => r.setup = v.into(),
+                "step" => r.step = v.into(),
+                "ops" => r.ops = f(v)?,
+                "p50_us" => r.p50_us = f(v)?,
+                "p99_us" => r.p99_us = f(v)?,
+                "p999_us" => r.p999_us = f(v)?,
+                "db_bytes" => r.db_bytes = u(v)?,
+                "db_apparent_bytes" => r.db_apparent_bytes = u(v)?,
+                "reads_per_op" => r.reads_per_op = f(v)?,
+                "wkb_per_op" => r.wkb_per_op = f(v)?,
+                "cs_per_op" => r.cs_per_op = f(v)?,
+                "cpu_us_per_op" => r.cpu_us_per_op = f(v)?,
+                "rss_bytes" => r.rss_bytes = u(v)?,
+                "space_amp" => r.space_amp = f(v)?,
+                "ops_total" => r.ops_total = u(v)?,
+                "secs" => r.secs = f(v)?,
+                "threads" => r.threads = u(v)? as usize,
+                "major_faults_per_op" => r.major_faults_per_op = f(v)?,
+                "proc_read_bytes" => r.proc_read_bytes = ou(v)?,
+                "proc_write_bytes" => r.proc_write_bytes = ou(v)?,
+                "device_write_bytes" => r.device_write_bytes = ou(v)?,
+                "wkb_source" => r.wkb_source = v.into(),
+                "writer_ops" => r.writer_ops = if v.is_empty() { None } else { Some(f(v)?) },
+                "error" => r.error = (!v.is_empty()).then(|| v.to_string()),
+                _ => continue,
+            }
+            seen += 1;
+        }
+        if seen < ROW_FIELDS.len() {
+            return Err(format!("row line has {seen} known fields: {line:?}"));
+        }
+        Ok(r)
+    }
+
+    /// The `rows` object of results.json.
+    pub fn json(&self) -> Json {
+        obj([
+            ("engine", Json::from(self.engine.as_str())),
+            ("setup", self.setup.as_str().into()),
+            ("step", self.step.as_str().into()),
+            ("ops", self.ops.into()),
+            ("p50_us", self.p50_us.into()),
+            ("p99_us", self.p99_us.into()),
+            ("p999_us", self.p999_us.into()),
+            ("db_bytes", self.db_bytes.into()),
+            ("db_apparent_bytes", self.db_apparent_bytes.into()),
+            ("reads_per_op", self.reads_per_op.into()),
+            ("wkb_per_op", self.wkb_per_op.into()),
+            ("cs_per_op", self.cs_per_op.into()),
+            ("cpu_us_per_op", self.cpu_us_per_op.into()),
+            ("rss_bytes", self.rss_bytes.into()),
+            ("space_amp", self.space_amp.into()),
+        ])
+    }
+
+    /// The `details` object of results.json.
+    pub fn details_json(&self) -> Json {
+        obj([
+            ("engine", Json::from(self.engine.as_str())),
+            ("setup", self.setup.as_str().into()),
+            ("step", self.step.as_str().into()),
+            ("ops_total", self.ops_total.into()),
+            ("secs", self.secs.into()),
+            ("threads", self.threads.into()),
+            ("major_faults_per_op", self.major_faults_per_op.into()),
+            ("proc_read_bytes", self.proc_read_bytes.into()),
+            ("proc_write_bytes", self.proc_write_bytes.into()),
+            ("device_write_bytes", self.device_write_bytes.into()),
+            ("wkb_source", self.wkb_source.as_str().into()),
+            ("writer_ops", self.writer_ops.into()),
+            ("error", self.error.clone().into()),
+        ])
+    }
+}
+
+/// The column name of an engine/setup.
+pub fn label(engine: &str, setup: &str) -> String {
+    if setup == "default" {
+        engine.to_string()
+    } else {
+        format!("{engine} {setup}")
+    }
+}
+
+/// results.json: `{"machine", "config", "rows", "details"}`.
+pub fn results_json(machine: Json, config: Json, rows: &[Row]) -> String {
+    obj([
+        ("machine", machine),
+        ("config", config),
+        ("rows", Json::Arr(rows.iter().map(Row::json).collect())),
+        (
+            "details",
+            Json::Arr(rows.iter().map(Row::details_json).collect()),
+        ),
+    ])
+    .pretty()
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// results.csv: a header, then one line per row; empty cells for missing numbers.
+pub fn results_csv(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let header: Vec<&str> = Row::default().fields().iter().map(|(k, _)| *k).collect();
+    out.push_str(&header.join(","));
+    out.push('\n');
+    for r in rows {
+        let cells: Vec<String> = r
+            .fields()
+            .into_iter()
+            .map(|(_, v)| {
+                if v == "NaN" || v == "inf" {
+                    String::new()
+                } else {
+                    csv_field(&v)
+                }
+            })
+            .collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A JSON number or null, for callers that build their own objects.
+pub fn num(x: f64) -> Json {
+    if x.is_finite() {
+        Json::Num(x)
+    } else {
+        Json::Null
+    }
+}
+
+/// The keys of a results.json row, checked by the tests and by the smoke test.
+pub fn row_keys(text: &str) -> Vec<String> {
+    // The first object of "rows": keys between its braces.
+    let Some(start) = text.find("\"rows\": [") else {
+        return vec![];
+    };
+    let rest = &text[start..];
+    let Some(open) = rest.find('{') else {
+        return vec![];
+    };
+    let Some(close) = rest[open..].find('}') else {
+        return vec![];
+    };
+    let body = &rest[open + 1..open + close];
+    body.split(", ")
+        .filter_map(|kv| kv.split_once(": "))
+        .map(|(k, _)| k.trim_matches('"').to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Row {
+        Row {
+            engine: "larch".into(),
+            setup: "first-fit/pwrite".into(),
+            step: "ows.1".into(),
+            ops: 2100.5,
+            p50_us: 400.25,
+            p99_us: 900.0,
+            p999_us: 1500.0,
+            db_bytes: 1 << 20,
+            db_apparent_bytes: 2 << 20,
+            reads_per_op: 0.0,
+            wkb_per_op: 12.5,
+            cs_per_op: 2.0,
+            cpu_us_per_op: 30.0,
+            rss_bytes: 50 << 20,
+            space_amp: 1.5,
+            ops_total: 21005,
+            secs: 10.0,
+            threads: 1,
+            major_faults_per_op: 0.0,
+            proc_read_bytes: Some(0),
+            proc_write_bytes: Some(123),
+            device_write_bytes: None,
+            wkb_source: "device:vda".into(),
+            writer_ops: None,
+            error: Some("a\tb=c\nd%".into()),
+        }
+    }
+
+    #[test]
+    fn lines_round_trip() {
+        let r = sample();
+        let line = r.to_line();
+        assert!(!line.contains('\n'));
+        assert_eq!(Row::from_line(&line).unwrap(), r);
+        let f = Row::failed("lmdb", "default", "load", "boom".into());
+        let back = Row::from_line(&f.to_line()).unwrap();
+        assert!(back.ops.is_nan());
+        assert_eq!(back.error.as_deref(), Some("boom"));
+        assert!(Row::from_line("engine=x").is_err());
+        assert!(Row::from_line("garbage").is_err());
+    }
+
+    #[test]
+    fn json_has_exactly_the_issue_fields() {
+        let text = results_json(
+            obj([("nproc", Json::from(2u64))]),
+            Json::Obj(vec![]),
+            &[sample()],
+        );
+        assert_eq!(row_keys(&text), ROW_FIELDS.to_vec());
+        assert!(text.contains("\"machine\": {"));
+        assert!(text.contains("\"details\": ["));
+        assert!(text.contains("\"ops\": 2100.5"));
+        let failed = results_json(
+            Json::Null,
+            Json::Null,
+            &[Row::failed("a", "b", "c", "x".into())],
+        );
+        assert!(failed.contains("\"ops\": null"));
+    }
+
+    #[test]
+    fn csv_has_a_header_and_quotes() {
+        let mut r = sample();
+        r.error = Some("x, \"y\"".into());
+        let text = results_csv(&[r, Row::failed("lmdb", "default", "load", "e".into())]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("engine,setup,step,ops,p50_us,p99_us,p999_us,db_bytes"));
+        assert!(lines[1].ends_with("\"x, \"\"y\"\"\""));
+        assert!(lines[2].starts_with("lmdb,default,load,,"));
+        assert_eq!(lines[0].split(',').count(), 25);
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(label("lmdb", "default"), "lmdb");
+        assert_eq!(label("larch", "null/mmap"), "larch null/mmap");
+    }
+}

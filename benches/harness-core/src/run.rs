@@ -1,0 +1,932 @@
+//! The program. The parent runs each engine/setup (and each limit) in a child process, a
+//! re-execution of the same binary with `--internal-child`, so that RSS, faults, CPU and
+//! I/O counters are the engine's own; then it prints the tables and writes results.json,
+//! results.csv and chart.svg.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::config::{ChildRole, Config, IoCounter};
+use crate::counters::{self, Device, Snapshot, Who};
+use crate::engine::{BoxError, Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
+use crate::json::{obj, Json};
+use crate::keys::{mix64, thread_seed, KeyGen, Rng, Values, MAX_KEY};
+use crate::limits::{self, Limits};
+use crate::memlimit::{self, Limiter};
+use crate::rate::{RateLimiter, LIMITED_WRITES_PER_SEC};
+use crate::report::{self, Row};
+use crate::steps::{self, Kind, Step, RANGE_LEN};
+use crate::{chart, machine, table};
+
+type Result<T> = std::result::Result<T, BoxError>;
+
+/// Run the harness with these engines (the `limit` rows are added by the harness) and exit.
+pub fn main(factories: &[&dyn EngineFactory]) -> ! {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let program = program_name();
+    let cfg = match Config::parse(&args) {
+        Ok(c) => c,
+        Err(e) if e.is_empty() => {
+            println!("{}", crate::config::usage(&program));
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n\n{}", crate::config::usage(&program));
+            std::process::exit(2)
+        }
+    };
+    if let Some(bytes) = cfg.ballast {
+        std::process::exit(memlimit::hold_ballast(bytes));
+    }
+    let code = match &cfg.child {
+        Some(role) => child(&cfg, role, factories),
+        None => match parent(&cfg, &args, &program, factories) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("error: {e}");
+                1
+            }
+        },
+    };
+    std::process::exit(code)
+}
+
+/// How this program is invoked, for the results: the cargo command when run by cargo.
+fn program_name() -> String {
+    let exe = std::env::current_exe().ok();
+    let stem = exe
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if stem.starts_with("workload-") {
+        "cargo bench --bench workload".into()
+    } else if stem.starts_with("larch-workload") {
+        "cargo run --release -p larch-bench-core --bin larch-workload".into()
+    } else {
+        stem
+    }
+}
+
+/// cargo's target directory: $CARGO_TARGET_DIR, else the one the running binary is in.
+pub fn target_dir() -> PathBuf {
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(t);
+    }
+    let exe = std::env::current_exe().ok();
+    let mut dir = exe.as_deref().and_then(Path::parent).map(Path::to_path_buf);
+    if dir
+        .as_ref()
+        .and_then(|d| d.file_name())
+        .is_some_and(|n| n == "deps")
+    {
+        dir = dir.and_then(|d| d.parent().map(Path::to_path_buf));
+    }
+    // dir is now the profile directory (release, debug, bench...).
+    dir.and_then(|d| d.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+fn engine_config(cfg: &Config) -> EngineConfig {
+    EngineConfig {
+        docs: cfg.docs,
+        key_size: cfg.key_size,
+        value_size: cfg.value_size,
+        threads: cfg.threads,
+        mem_limit: cfg.mem_limit,
+    }
+}
+
+fn dir_name(engine: &str, setup: &str) -> String {
+    let s: String = setup
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{engine}-{s}")
+}
+
+fn fresh_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    mix64(t ^ (u64::from(std::process::id()) << 32))
+}
+
+/// The steps an engine/setup runs: `--steps`, cut down to what the engine can do.
+fn steps_for(cfg: &Config, f: &dyn EngineFactory, setup: &str) -> Vec<Step> {
+    match f.steps(setup) {
+        Some(only) => cfg
+            .steps
+            .iter()
+            .copied()
+            .filter(|s| only.contains(s))
+            .collect(),
+        None => cfg.steps.clone(),
+    }
+}
+
+// ---- the child --------------------------------------------------------------------------
+
+fn child(cfg: &Config, role: &ChildRole, factories: &[&dyn EngineFactory]) -> i32 {
+    memlimit::die_with_parent();
+    if let Some(cg) = &role.cgroup {
+        if let Err(e) = memlimit::enter(cg) {
+            eprintln!("error: cannot enter cgroup {}: {e}", cg.display());
+            return 3;
+        }
+    }
+    let factory: &dyn EngineFactory = if role.engine == limits::ENGINE {
+        &Limits
+    } else {
+        match factories.iter().find(|f| f.name() == role.engine) {
+            Some(f) => *f,
+            None => {
+                eprintln!("error: no engine {:?}", role.engine);
+                return 2;
+            }
+        }
+    };
+    let Some(root) = &cfg.dir else {
+        eprintln!("error: a child needs --dir");
+        return 2;
+    };
+    let dir = root.join(dir_name(&role.engine, &role.setup));
+    let _ = fs::remove_dir_all(&dir);
+    if let Err(e) = fs::create_dir_all(&dir) {
+        eprintln!("error: {}: {e}", dir.display());
+        return 1;
+    }
+    let mut out = match OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&role.results)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {}: {e}", role.results.display());
+            return 1;
+        }
+    };
+    let mut current = "open".to_string();
+    let res = run_engine(cfg, role, factory, &dir, &mut out, &mut current);
+    if !cfg.keep {
+        let _ = fs::remove_dir_all(&dir);
+    }
+    match res {
+        Ok(()) => 0,
+        Err(e) => {
+            let row = Row::failed(&role.engine, &role.setup, &current, e.to_string());
+            let _ = writeln!(out, "{}", row.to_line());
+            eprintln!(
+                "error: {} in {current}: {e}",
+                report::label(&role.engine, &role.setup)
+            );
+            1
+        }
+    }
+}
+
+/// What a child shares with the threads of a step.
+struct Ctx<'a> {
+    cfg: &'a Config,
+    engine: &'a dyn Engine,
+    keys: KeyGen,
+    values: &'a Values,
+    seed: u64,
+    dir: &'a Path,
+    device: Option<&'a Device>,
+    role: &'a ChildRole,
+    limit: bool,
+}
+
+fn run_engine(
+    cfg: &Config,
+    role: &ChildRole,
+    factory: &dyn EngineFactory,
+    dir: &Path,
+    out: &mut fs::File,
+    current: &mut String,
+) -> Result<()> {
+    let ecfg = engine_config(cfg);
+    let engine = factory.open(dir, &role.setup, &ecfg)?;
+    let device = Device::of(dir);
+    let seed = cfg.seed.unwrap_or(0);
+    let values = Values::new(cfg.value_size, seed ^ 0x5eed);
+    let ctx = Ctx {
+        cfg,
+        engine: &*engine,
+        keys: KeyGen::new(cfg.key_size)?,
+        values: &values,
+        seed,
+        dir,
+        device: device.as_ref(),
+        role,
+        limit: role.engine == limits::ENGINE,
+    };
+    let steps = steps_for(cfg, factory, &role.setup);
+    let load = Step::new(Kind::Load, false);
+    if factory.steps(&role.setup).is_none() && !steps.contains(&load) {
+        *current = "load".into();
+        eprintln!("  (load, not reported: the other steps need the data)");
+        engine.set_durability(Durability::Async)?;
+        run_load(&ctx)?;
+    }
+    for step in steps {
+        *current = step.name().into();
+        let row = measure(&ctx, step)?;
+        eprintln!(
+            "  {:<28} {:<6} {:>8} ops/s  p99 {:>7} us",
+            report::label(&role.engine, &role.setup),
+            row.step,
+            table::sig3(row.ops),
+            table::sig3(row.p99_us)
+        );
+        writeln!(out, "{}", row.to_line())?;
+        out.flush()?;
+    }
+    *current = "close".into();
+    engine.close()?;
+    Ok(())
+}
+
+/// What the operations of a step did.
+struct Outcome {
+    ops: u64,
+    secs: f64,
+    hist: Histogram<u64>,
+    writer_writes: Option<u64>,
+}
+
+fn new_hist() -> Histogram<u64> {
+    // 1 ns .. 1 hour at 3 significant digits.
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
+fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
+    if let Some(d) = step.durability() {
+        ctx.engine.set_durability(d)?;
+    }
+    counters::reset_peak_rss();
+    let before = Snapshot::take(Who::Process, ctx.device);
+    let o = if step.kind == Kind::Load {
+        run_load(ctx)?
+    } else {
+        run_timed(ctx, step)?
+    };
+    // Async commits are made durable before the counters close (not timed), so wKB/o counts
+    // what the step's commits eventually write, not what happened to be flushed by chance.
+    if step.kind != Kind::Load && step.durability() == Some(Durability::Async) {
+        ctx.engine.sync()?;
+    }
+    let after = Snapshot::take(Who::Process, ctx.device);
+    let d = before.delta(&after);
+    let rss = counters::peak_rss().unwrap_or(0);
+    let (alloc, apparent) = counters::dir_size(ctx.dir).unwrap_or((0, 0));
+    let n = o.ops.max(1) as f64;
+    let q = |p: f64| o.hist.value_at_quantile(p) as f64 / 1000.0;
+    let device_bytes = match ctx.cfg.io_counter {
+        IoCounter::Device => d.device_bytes,
+        IoCounter::Proc => None,
+    };
+    let (written, source) = match (device_bytes, d.io) {
+        (Some(b), _) => (
+            b as f64,
+            format!("device:{}", ctx.device.map_or("?", |d| d.name.as_str())),
+        ),
+        (None, Some(io)) => (io.write_bytes as f64, "proc:write_bytes".to_string()),
+        (None, None) => (f64::NAN, "none".to_string()),
+    };
+    let logical = engine_config(ctx.cfg).logical_bytes() as f64;
+    Ok(Row {
+        engine: ctx.role.engine.clone(),
+        setup: ctx.role.setup.clone(),
+        step: step.name().into(),
+        ops: o.ops as f64 / o.secs.max(1e-9),
+        p50_us: q(0.5),
+        p99_us: q(0.99),
+        p999_us: q(0.999),
+        db_bytes: alloc,
+        db_apparent_bytes: apparent,
+        reads_per_op: d
+            .io
+            .map_or(f64::NAN, |io| io.read_bytes as f64 / 4096.0 / n),
+        wkb_per_op: written / 1024.0 / n,
+        cs_per_op: d.usage.context_switches as f64 / n,
+        cpu_us_per_op: d.usage.cpu_us as f64 / n,
+        rss_bytes: rss,
+        space_amp: if ctx.limit {
+            f64::NAN
+        } else {
+            alloc as f64 / logical
+        },
+        ops_total: o.ops,
+        secs: o.secs,
+        threads: step.threads(ctx.cfg.threads),
+        major_faults_per_op: d.usage.major_faults as f64 / n,
+        proc_read_bytes: d.io.map(|io| io.read_bytes),
+        proc_write_bytes: d.io.map(|io| io.write_bytes),
+        device_write_bytes: d.device_bytes,
+        wkb_source: source,
+        writer_ops: o.writer_writes.map(|w| w as f64 / o.secs.max(1e-9)),
+        error: None,
+    })
+}
+
+/// load: every document, `--batch` per commit, async; then one sync, counted. Latency is
+/// per commit (and the final sync is one more sample).
+fn run_load(ctx: &Ctx<'_>) -> Result<Outcome> {
+    let batch = ctx.cfg.batch;
+    let docs = ctx.cfg.docs;
+    let klen = ctx.keys.len();
+    let mut hist = new_hist();
+    let mut rng = Rng::new(thread_seed(
+        ctx.seed,
+        Step::new(Kind::Load, false).index(),
+        0,
+    ));
+    let mut bufs = vec![[0u8; MAX_KEY]; batch];
+    let mut w = ctx.engine.writer()?;
+    let t0 = Instant::now();
+    let mut next = 1u64;
+    while next <= docs {
+        let n = (docs - next + 1).min(batch as u64) as usize;
+        for (j, b) in bufs.iter_mut().enumerate().take(n) {
+            ctx.keys.key(next + j as u64, b);
+        }
+        let pairs: Vec<(&[u8], &[u8])> = bufs[..n]
+            .iter()
+            .map(|b| (&b[..klen], ctx.values.pick(&mut rng)))
+            .collect();
+        let s = Instant::now();
+        w.write(&pairs)?;
+        hist.saturating_record(nanos(s.elapsed()));
+        next += n as u64;
+    }
+    drop(w);
+    let s = Instant::now();
+    ctx.engine.sync()?;
+    hist.saturating_record(nanos(s.elapsed()));
+    Ok(Outcome {
+        ops: docs,
+        secs: t0.elapsed().as_secs_f64(),
+        hist,
+        writer_writes: None,
+    })
+}
+
+enum Handle<'e> {
+    R(Box<dyn Reader + 'e>),
+    W(Box<dyn Writer + 'e>),
+}
+
+struct WorkerDone {
+    ops: u64,
+    hist: Histogram<u64>,
+    end: Instant,
+}
+
+fn run_timed(ctx: &Ctx<'_>, step: Step) -> Result<Outcome> {
+    let n = step.threads(ctx.cfg.threads);
+    let limited = step.limited_writer();
+    let barrier = Barrier::new(n + 1 + usize::from(limited));
+    let stop = AtomicBool::new(false);
+    let dur = Duration::from_secs_f64(ctx.cfg.secs);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..n)
+            .map(|t| {
+                let (barrier, stop) = (&barrier, &stop);
+                s.spawn(move || worker(ctx, step, t, barrier, stop))
+            })
+            .collect();
+        let writer = limited.then(|| {
+            let (barrier, stop) = (&barrier, &stop);
+            s.spawn(move || limited_writer(ctx, step, n, barrier, stop))
+        });
+        barrier.wait();
+        let start = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            let left = dur.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut hist = new_hist();
+        let mut ops = 0;
+        let mut end = start;
+        let mut first_err: Option<BoxError> = None;
+        for w in workers {
+            match w.join() {
+                Ok(Ok(d)) => {
+                    ops += d.ops;
+                    hist.add(&d.hist).map_err(|e| format!("histogram: {e}"))?;
+                    end = end.max(d.end);
+                }
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert("a worker thread panicked".into());
+                }
+            }
+        }
+        let writes = match writer.map(|h| h.join()) {
+            None => None,
+            Some(Ok(Ok(w))) => Some(w),
+            Some(Ok(Err(e))) => return Err(e),
+            Some(Err(_)) => return Err("the writer thread panicked".into()),
+        };
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        Ok(Outcome {
+            ops,
+            secs: end.duration_since(start).as_secs_f64(),
+            hist,
+            writer_writes: writes,
+        })
+    })
+}
+
+fn worker(
+    ctx: &Ctx<'_>,
+    step: Step,
+    t: usize,
+    barrier: &Barrier,
+    stop: &AtomicBool,
+) -> Result<WorkerDone> {
+    let handle = if step.reads() {
+        ctx.engine.reader().map(Handle::R)
+    } else {
+        ctx.engine.writer().map(Handle::W)
+    };
+    barrier.wait();
+    let res = handle.and_then(|h| work(ctx, step, t, h, stop));
+    if res.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    res
+}
+
+fn work(
+    ctx: &Ctx<'_>,
+    step: Step,
+    t: usize,
+    mut h: Handle<'_>,
+    stop: &AtomicBool,
+) -> Result<WorkerDone> {
+    let mut rng = Rng::new(thread_seed(ctx.seed, step.index(), t));
+    let mut hist = new_hist();
+    let mut buf = [0u8; MAX_KEY];
+    let mut bytes = 0u64;
+    let mut ops = 0u64;
+    let docs = ctx.cfg.docs;
+    let ranges = step.ranges();
+    let mut t0 = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let i = rng.doc(docs);
+        let key = ctx.keys.key(i, &mut buf);
+        match &mut h {
+            Handle::R(r) if ranges => {
+                if r.scan(key, RANGE_LEN, &mut bytes)? == 0 {
+                    return Err(format!("a range from the key of document {i} is empty").into());
+                }
+            }
+            Handle::R(r) => {
+                if r.get(key)?.is_none() {
+                    return Err(format!("the key of document {i} is missing").into());
+                }
+            }
+            Handle::W(w) => {
+                let v = ctx.values.pick(&mut rng);
+                w.write(&[(key, v)])?;
+            }
+        }
+        let t1 = Instant::now();
+        hist.saturating_record(nanos(t1 - t0));
+        t0 = t1;
+        ops += 1;
+    }
+    std::hint::black_box(bytes);
+    Ok(WorkerDone { ops, hist, end: t0 })
+}
+
+/// The writer beside the readers of pqw/rqw: one key per async commit, 1,000 a second.
+fn limited_writer(
+    ctx: &Ctx<'_>,
+    step: Step,
+    t: usize,
+    barrier: &Barrier,
+    stop: &AtomicBool,
+) -> Result<u64> {
+    let w = ctx.engine.writer();
+    barrier.wait();
+    let res = (|| {
+        let mut w = w?;
+        let mut rng = Rng::new(thread_seed(ctx.seed, step.index(), 1000 + t));
+        let mut rate = RateLimiter::new(LIMITED_WRITES_PER_SEC, Instant::now());
+        let mut buf = [0u8; MAX_KEY];
+        let mut writes = 0;
+        loop {
+            rate.wait();
+            if stop.load(Ordering::Relaxed) {
+                return Ok(writes);
+            }
+            let key = ctx.keys.key(rng.doc(ctx.cfg.docs), &mut buf);
+            let v = ctx.values.pick(&mut rng);
+            w.write(&[(key, v)])?;
+            writes += 1;
+        }
+    })();
+    if res.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    res
+}
+
+// ---- the parent -------------------------------------------------------------------------
+
+fn update_latest(workload: &Path, stamp: &str) {
+    let latest = workload.join("latest");
+    let _ = fs::remove_file(&latest);
+    if let Err(e) = std::os::unix::fs::symlink(stamp, &latest) {
+        eprintln!("warning: cannot point {} at {stamp}: {e}", latest.display());
+    }
+}
+
+fn parent(
+    cfg: &Config,
+    args: &[String],
+    program: &str,
+    factories: &[&dyn EngineFactory],
+) -> std::result::Result<(), String> {
+    // What runs, in order.
+    let names: Vec<String> = cfg
+        .engines
+        .clone()
+        .unwrap_or_else(|| factories.iter().map(|f| f.name().to_string()).collect());
+    let mut plan: Vec<(&dyn EngineFactory, String)> = Vec::new();
+    for name in &names {
+        let f = factories.iter().find(|f| f.name() == name).ok_or_else(|| {
+            format!(
+                "unknown engine {name:?}; this program has {}",
+                factories
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })?;
+        for setup in f.setups(&cfg.larch_setups) {
+            f.check_setup(&setup).map_err(|e| e.to_string())?;
+            plan.push((*f, setup));
+        }
+    }
+    let ecfg = engine_config(cfg);
+    let mut limit_plan: Vec<(&dyn EngineFactory, String)> = Vec::new();
+    if !cfg.no_limits {
+        for s in limits::setups_for(&ecfg) {
+            if !steps_for(cfg, &Limits, s).is_empty() {
+                limit_plan.push((&Limits, s.to_string()));
+            }
+        }
+    }
+
+    let seed = cfg.seed.unwrap_or_else(fresh_seed);
+    let stamp = machine::stamp_now();
+    let out = match &cfg.out {
+        Some(o) => o.clone(),
+        None => {
+            let w = target_dir().join("workload");
+            let mut o = w.join(&stamp);
+            let mut k = 1;
+            while o.exists() {
+                k += 1;
+                o = w.join(format!("{stamp}-{k}"));
+            }
+            o
+        }
+    };
+    fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let out = fs::canonicalize(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if cfg.out.is_none() {
+        if let (Some(parent), Some(name)) = (out.parent(), out.file_name()) {
+            update_latest(parent, &name.to_string_lossy());
+        }
+    }
+    let own_db_root = cfg.dir.is_none();
+    let db_root = cfg.dir.clone().unwrap_or_else(|| out.join("db"));
+    fs::create_dir_all(&db_root).map_err(|e| format!("{}: {e}", db_root.display()))?;
+    let db_root = fs::canonicalize(&db_root).map_err(|e| format!("{}: {e}", db_root.display()))?;
+    let raw = out.join("raw");
+    fs::create_dir_all(&raw).map_err(|e| format!("{}: {e}", raw.display()))?;
+    let device = Device::of(&db_root);
+    let machine = machine::describe(&db_root, device.as_ref());
+
+    let mut limiter = match cfg.mem_limit {
+        Some(l) => Some(Limiter::choose(cfg.mem_mechanism, l)?),
+        None => None,
+    };
+    let mode = match (&limiter, cfg.mem_limit) {
+        (Some(l), Some(bytes)) => format!("not cached: {}", l.describe(bytes)),
+        _ => "cached (no memory limit)".to_string(),
+    };
+    let wkb_device = match cfg.io_counter {
+        IoCounter::Device => device.as_ref(),
+        IoCounter::Proc => None,
+    };
+    let wkb_source = match wkb_device {
+        Some(d) => format!(
+            "device {} sectors written (/sys/block/{}/stat; machine-wide: other writers to the device count too)",
+            d.name, d.name
+        ),
+        None => "write_bytes of /proc/self/io (counted when pages are dirtied; overcounts with large folios)".to_string(),
+    };
+    let shown_args: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "--bench")
+        .collect();
+    let command = format!("{program} -- {}", shown_args.join(" "));
+    let command = command.trim_end_matches(" -- ").trim_end().to_string();
+
+    println!("larch workload harness, {}", machine::iso_now());
+    println!("command: {command}");
+    println!(
+        "machine: {} cores, {:.1} GiB RAM, kernel {}, {} on {} ({})",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        machine::mem_total().unwrap_or(0) as f64 / (1u64 << 30) as f64,
+        fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim(),
+        db_root.display(),
+        machine::mount_of(&db_root).map_or("?".into(), |m| m.1),
+        device
+            .as_ref()
+            .map_or("no block device", |d| d.name.as_str()),
+    );
+    println!(
+        "run: {} docs, {} B keys, {} B values, {} s per timed step, {} threads for .n, load batches of {}, seed {seed}",
+        cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch
+    );
+    println!("mode: {mode}");
+    println!(
+        "load average at start: {} (other work on the machine shares the cores and the device)",
+        machine::loadavg().unwrap_or_default()
+    );
+    let revision = machine::source_revision();
+    if let Some(r) = &revision {
+        println!("source: {r}");
+    }
+    println!("wKB/o: {wkb_source}");
+    println!();
+
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut engine_rows: Vec<Row> = Vec::new();
+    let mut limit_rows: Vec<Row> = Vec::new();
+    let mut described: Vec<(String, Json)> = Vec::new();
+    let started = Instant::now();
+    // fdatasync once more at the end: other work on the machine drifts.
+    let after_plan: Vec<(&dyn EngineFactory, String)> = limit_plan
+        .iter()
+        .filter(|(_, s)| s == limits::FDATASYNC)
+        .map(|_| {
+            (
+                &Limits as &dyn EngineFactory,
+                limits::FDATASYNC_AFTER.to_string(),
+            )
+        })
+        .collect();
+    // Limits first, on a machine no engine has dirtied yet; shown last.
+    for (is_limit, (f, setup)) in limit_plan
+        .iter()
+        .map(|p| (true, p))
+        .chain(plan.iter().map(|p| (false, p)))
+        .chain(after_plan.iter().map(|p| (true, p)))
+    {
+        let label = report::label(f.name(), setup);
+        described.push((
+            label.clone(),
+            obj(f
+                .describe(setup, &ecfg)
+                .into_iter()
+                .map(|(k, v)| (k, Json::from(v)))),
+        ));
+        eprintln!("== {label}");
+        let results = raw.join(format!("{}.rows", dir_name(f.name(), setup)));
+        let _ = fs::remove_file(&results);
+        let group = match (&mut limiter, cfg.mem_limit) {
+            (Some(l), Some(bytes)) => l.child_group(bytes)?,
+            _ => None,
+        };
+        let ballast = match (&limiter, cfg.mem_limit) {
+            (Some(l), Some(bytes)) => l.ballast(&exe, bytes)?,
+            _ => None,
+        };
+        let child_args = cfg.child_args(
+            f.name(),
+            setup,
+            seed,
+            &db_root,
+            &results,
+            group.as_ref().map(|g| g.path()),
+        );
+        let t = Instant::now();
+        let status = Command::new(&exe).args(&child_args).status();
+        drop(ballast);
+        drop(group);
+        if !cfg.keep {
+            // A child killed (by the memory limit, say) leaves its directory behind.
+            let _ = fs::remove_dir_all(db_root.join(dir_name(f.name(), setup)));
+        }
+        let status_text = match &status {
+            Ok(s) => s.to_string(),
+            Err(e) => format!("could not start: {e}"),
+        };
+        let mut got: Vec<Row> = fs::read_to_string(&results)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .filter_map(|l| match Row::from_line(l) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    eprintln!("warning: {e}");
+                    None
+                }
+            })
+            .collect();
+        for step in steps_for(cfg, *f, setup) {
+            if !got.iter().any(|r| r.step == step.name()) {
+                got.push(Row::failed(
+                    f.name(),
+                    setup,
+                    step.name(),
+                    format!("not run: the engine's process ended ({status_text})"),
+                ));
+            }
+        }
+        // Keep run order, with a failure row for the step that failed in place.
+        got.sort_by_key(|r| Step::from_name(&r.step).map_or(usize::MAX, |s| s.index()));
+        got.dedup_by(|b, a| a.step == b.step);
+        eprintln!(
+            "   {label}: {} in {:.1} s",
+            status_text,
+            t.elapsed().as_secs_f64()
+        );
+        if is_limit {
+            limit_rows.extend(got);
+        } else {
+            engine_rows.extend(got);
+        }
+    }
+    if own_db_root && !cfg.keep {
+        let _ = fs::remove_dir_all(&db_root);
+    }
+    let mut rows = engine_rows;
+    rows.extend(limit_rows);
+
+    let order: Vec<&str> = steps::ALL.iter().map(|s| s.name()).collect();
+    println!("{}", table::ops_table(&rows, &order));
+    println!("{}", table::latency_table(&rows, &order));
+    for step in table::step_names(&rows, &order) {
+        println!("{}", table::amp_table(&rows, &step));
+    }
+    println!(
+        "r/o: read_bytes of /proc/self/io / 4 KiB per op; mf/o: major faults per op; wKB/o: KiB written per op ({}); cs/o: context switches per op; cpu/o: user+sys CPU us per op; rss: peak resident MB during the step; s-amp: allocated file bytes / (docs x (key+value)); db.mb: allocated/apparent MB.",
+        wkb_device.map_or("/proc/self/io write_bytes".to_string(), |d| format!("device {} sectors", d.name))
+    );
+
+    let config = obj([
+        ("command", Json::from(command.clone())),
+        ("quick", cfg.quick.into()),
+        ("docs", cfg.docs.into()),
+        ("secs", cfg.secs.into()),
+        ("key_size", cfg.key_size.into()),
+        ("value_size", cfg.value_size.into()),
+        ("threads", cfg.threads.into()),
+        ("load_batch", cfg.batch.into()),
+        (
+            "steps",
+            Json::Arr(cfg.steps.iter().map(|s| Json::from(s.name())).collect()),
+        ),
+        (
+            "larch_setups",
+            Json::Arr(cfg.larch_setups.iter().map(|s| Json::from(s.as_str())).collect()),
+        ),
+        ("seed", Json::from(seed.to_string())),
+        ("dir", Json::from(db_root.display().to_string())),
+        ("out", Json::from(out.display().to_string())),
+        ("mem_limit_bytes", cfg.mem_limit.into()),
+        ("mode", Json::from(mode.clone())),
+        ("wkb_source", Json::from(wkb_source.clone())),
+        (
+            "method",
+            obj([
+                ("process", Json::from("each engine/setup and each limit runs in its own child process (a re-execution of this binary); counters are that process's own")),
+                ("keys", Json::from(format!("key of document i (1..=docs) = big-endian splitmix64(i) then more hash bytes, {} bytes: distinct, not in insertion order", cfg.key_size))),
+                ("values", Json::from("random bytes (incompressible), a window of a 1 MiB pool")),
+                ("seeds", Json::from("each thread of each step has its own seed derived from the run seed, the same for every engine")),
+                ("load", Json::from("documents 1..=docs in key-hash order, batches of load_batch per commit, async, then one sync counted in the time; latency is per commit")),
+                ("ows", Json::from("random existing keys overwritten, one key per commit, sync")),
+                ("owa", Json::from("random existing keys overwritten, one key per commit, async; a sync after the step (untimed) before the counters close")),
+                ("pqw/rqw", Json::from("readers plus one writer thread limited to 1000 async single-key commits/s; ops counts reads; a sync after the step (untimed)")),
+                ("pq/rq", Json::from("point reads of one random existing key / range reads of 20 entries from one, each its own read transaction")),
+                ("latency", Json::from("hdrhistogram of each operation's time (one clock read per operation)")),
+                ("rss", Json::from("VmHWM after resetting it (clear_refs 5) at the step's start: includes mapped file pages")),
+            ]),
+        ),
+        ("source_revision", revision.into()),
+        ("loadavg_at_end", machine::loadavg().into()),
+        ("engines", obj(described)),
+        ("elapsed_secs", started.elapsed().as_secs_f64().into()),
+    ]);
+    let json_path = out.join("results.json");
+    let csv_path = out.join("results.csv");
+    let svg_path = out.join("chart.svg");
+    fs::write(&json_path, report::results_json(machine, config, &rows))
+        .map_err(|e| format!("{}: {e}", json_path.display()))?;
+    fs::write(&csv_path, report::results_csv(&rows))
+        .map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    let title = format!(
+        "ops/s per step: {} docs, {} B values, {} s/step, {}",
+        cfg.docs,
+        cfg.value_size,
+        cfg.secs,
+        if cfg.mem_limit.is_some() {
+            format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
+        } else {
+            "cached".into()
+        }
+    );
+    if let Err(e) = chart::write_chart(&svg_path, &title, &rows, &order) {
+        eprintln!("warning: {e}");
+    }
+    println!();
+    println!("results: {}", out.display());
+    println!("  {}", json_path.display());
+    println!("  {}", csv_path.display());
+    println!("  {}", svg_path.display());
+    println!(
+        "elapsed: {:.1} s; load average at end: {}",
+        started.elapsed().as_secs_f64(),
+        machine::loadavg().unwrap_or_default()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_names_are_plain() {
+        assert_eq!(
+            dir_name("larch", "first-fit/pwrite"),
+            "larch-first-fit_pwrite"
+        );
+        assert_eq!(
+            dir_name("larch", "null/mmap:ct=0.25"),
+            "larch-null_mmap_ct_0_25"
+        );
+    }
+
+    #[test]
+    fn limits_run_only_their_steps() {
+        let cfg = Config::parse(&["--steps".into(), "load,ows.1,pq.n".into()]).unwrap();
+        let names = |v: Vec<Step>| v.iter().map(|s| s.name()).collect::<Vec<_>>();
+        assert_eq!(
+            names(steps_for(&cfg, &Limits, limits::FDATASYNC)),
+            vec!["ows.1"]
+        );
+        assert_eq!(
+            names(steps_for(&cfg, &Limits, limits::BTREEMAP)),
+            vec!["pq.n"]
+        );
+        assert_eq!(
+            names(steps_for(
+                &cfg,
+                &crate::larch::LarchFactory,
+                "first-fit/pwrite"
+            )),
+            vec!["load", "ows.1", "pq.n"]
+        );
+    }
+}

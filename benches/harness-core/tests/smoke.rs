@@ -1,0 +1,119 @@
+//! The whole harness on a tiny size with larch alone: parent, child processes, every step,
+//! the limits, and the three output files. No timing assertions: only that every step ran,
+//! did some operations, and that the outputs have the documented shape.
+
+use std::process::Command;
+
+use larch_bench_core::report::{row_keys, ROW_FIELDS};
+
+#[test]
+fn the_harness_runs_every_step_of_larch_end_to_end() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
+        .args([
+            "--docs",
+            "3000",
+            "--secs",
+            "0.05",
+            "--threads",
+            "2",
+            "--seed",
+            "7",
+            "--larch-setups",
+            "first-fit/pwrite,null/mmap",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+
+    // The table: engines as columns, steps as rows, then the per-step tables.
+    assert!(
+        stdout.contains("ops/s  larch first-fit/pwrite  larch null/mmap"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("limit fdatasync-4k"), "{stdout}");
+    for step in [
+        "load", "ows.1", "ows.n", "pqw.n", "rqw.1", "pq.n", "rq.1", "owa.n",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(step)),
+            "no {step} row:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("ops      db.mb  r/o  mf/o"), "{stdout}");
+
+    // results.json: the documented row objects.
+    let json = std::fs::read_to_string(out.path().join("results.json")).unwrap();
+    assert_eq!(row_keys(&json), ROW_FIELDS.to_vec());
+    for key in [
+        "\"machine\": {",
+        "\"config\": {",
+        "\"rows\": [",
+        "\"engines\": {",
+    ] {
+        assert!(json.contains(key), "{key} missing");
+    }
+    assert!(json.contains("\"seed\": \"7\""));
+
+    // results.csv: 2 setups x 13 steps, fdatasync before and after (ows.1) and the BTreeMap
+    // (4 read steps).
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2 * 13 + 2 + 4, "{csv}");
+    for r in &rows {
+        assert_eq!(r[col("error")], "", "a step failed: {r:?}");
+        let ops: f64 = r[col("ops")].parse().unwrap();
+        assert!(ops > 0.0, "{r:?}");
+        let total: u64 = r[col("ops_total")].parse().unwrap();
+        assert!(total > 0, "{r:?}");
+    }
+    let larch_load = rows
+        .iter()
+        .find(|r| r[col("engine")] == "larch" && r[col("step")] == "load")
+        .unwrap();
+    assert_eq!(larch_load[col("ops_total")], "3000");
+    assert!(larch_load[col("db_bytes")].parse::<u64>().unwrap() > 0);
+    let pqw = rows
+        .iter()
+        .find(|r| r[col("engine")] == "larch" && r[col("step")] == "pqw.1")
+        .unwrap();
+    assert!(
+        !pqw[col("writer_ops")].is_empty(),
+        "the limited writer ran: {pqw:?}"
+    );
+
+    let svg = std::fs::read_to_string(out.path().join("chart.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("owa.n"));
+    // The database directory was removed; the raw rows stay.
+    assert!(!out.path().join("db").exists());
+    assert!(out.path().join("raw").is_dir());
+}
+
+#[test]
+fn bad_options_are_usage_errors() {
+    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
+        .args(["--steps", "load,nope"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("unknown step"));
+    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
+        .args(["--engines", "lmdb"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("unknown engine"));
+    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    assert!(String::from_utf8_lossy(&run.stdout).contains("--larch-setups"));
+}
