@@ -266,6 +266,7 @@ fn sweep(kind: Kind, errno: i32, short: bool, d: Durability, mode: WriteMode) ->
         }
         cases += 1;
     }
+    eprintln!("{kind:?} errno {errno} short {short} {d:?} {mode:?}: {cases} fault positions");
     cases
 }
 
@@ -274,7 +275,6 @@ fn eio_on_any_write_fails_the_commit_and_keeps_the_previous_state() {
     let _serial = no_fork();
     for d in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
         let n = sweep(Kind::Write, libc::EIO, false, d, WriteMode::Pwrite);
-        eprintln!("{d:?}: {n} write faults");
         assert!(
             n >= 2,
             "{d:?}: the commit should make several writes, saw {n}"
