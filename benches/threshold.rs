@@ -37,19 +37,19 @@
 //! `target_dir`, `syncfs`) is a trimmed copy of the same functions in benches/policies.rs, which
 //! keeps them private to its own bench target.
 
-use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use larch::{Db, Durability, IoStats, Options, Policy, Stats};
 
+mod bench_io;
+use bench_io::{fs_type, loadavg, print_table, syncfs, target_dir, Device, Sample};
+
 const TREE: &str = "bench";
 const KEY_LEN: usize = 16;
 const LOAD_BATCH: u64 = 1000;
 const MIN_BYTES: u64 = 1 << 20;
-const SECTOR: u64 = 512;
 const STATS_EVERY: u64 = 100;
 
 // ---- command line ------------------------------------------------------------------------
@@ -84,13 +84,6 @@ fn usage() -> ! {
     std::process::exit(2)
 }
 
-fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> T {
-    v.parse().unwrap_or_else(|_| {
-        eprintln!("{flag} wants a number, got {v:?}");
-        usage()
-    })
-}
-
 fn parse_threshold(s: &str) -> Option<f64> {
     let s = s.trim();
     if s == "off" || s == "none" {
@@ -103,6 +96,13 @@ fn parse_threshold(s: &str) -> Option<f64> {
         usage()
     }
     Some(t)
+}
+
+fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> T {
+    v.parse().unwrap_or_else(|_| {
+        eprintln!("{flag} wants a number, got {v:?}");
+        usage()
+    })
 }
 
 fn parse_args() -> Args {
@@ -231,162 +231,7 @@ fn key(i: u64) -> [u8; KEY_LEN] {
 
 // ---- device counters (trimmed copy from benches/policies.rs) -----------------------------
 
-/// The block device whose counters are read, or why there is none.
-#[derive(Clone, Debug)]
-enum Device {
-    /// A block device's /sys stat file (field 7: sectors written).
-    Block { name: String, stat: PathBuf },
-    /// No block device found (tmpfs, overlay...): only /proc/self/io remains.
-    Missing { why: String },
-}
-
-/// Counters at one instant; `None` where unreadable.
-#[derive(Clone, Copy, Debug, Default)]
-struct Sample {
-    /// Bytes the device has written (sectors x 512), machine-wide.
-    dev_bytes: Option<u64>,
-    /// `write_bytes` of /proc/self/io: this process only.
-    proc_bytes: Option<u64>,
-}
-
-impl Sample {
-    fn minus(self, before: Sample) -> Sample {
-        let d = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a.saturating_sub(b));
-        Sample {
-            dev_bytes: d(self.dev_bytes, before.dev_bytes),
-            proc_bytes: d(self.proc_bytes, before.proc_bytes),
-        }
-    }
-}
-
-/// Linux's dev_t encoding (glibc `major`/`minor`), so no extra dependency.
-fn major_minor(dev: u64) -> (u64, u64) {
-    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
-    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-    (major, minor)
-}
-
-fn proc_write_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/io").ok()?;
-    let line = s.lines().find(|l| l.starts_with("write_bytes:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-impl Device {
-    /// The block device holding `dir` (a partition has its own stat file, so it works too).
-    fn for_dir(dir: &Path) -> Device {
-        let dev = match std::fs::metadata(dir) {
-            Ok(m) => m.dev(),
-            Err(e) => {
-                return Device::Missing {
-                    why: format!("stat {}: {e}", dir.display()),
-                }
-            }
-        };
-        let (maj, min) = major_minor(dev);
-        let sys = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
-        let stat = sys.join("stat");
-        let d = Device::Block {
-            name: std::fs::canonicalize(&sys)
-                .ok()
-                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| format!("{maj}:{min}")),
-            stat: stat.clone(),
-        };
-        match d.sample().dev_bytes {
-            Some(_) => d,
-            None => Device::Missing {
-                why: format!(
-                    "{} unreadable: {maj}:{min} is not a block device",
-                    stat.display()
-                ),
-            },
-        }
-    }
-
-    fn sample(&self) -> Sample {
-        let dev_bytes = match self {
-            Device::Block { stat, .. } => std::fs::read_to_string(stat)
-                .ok()
-                .and_then(|s| s.split_whitespace().nth(6)?.parse::<u64>().ok())
-                .map(|s| s * SECTOR),
-            Device::Missing { .. } => None,
-        };
-        Sample {
-            dev_bytes,
-            proc_bytes: proc_write_bytes(),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Device::Block { name, stat } => format!("{name} ({}, field 7 x 512 B)", stat.display()),
-            Device::Missing { why } => format!(
-                "UNAVAILABLE ({why}): the dev column is empty; use the proc column \
-                 (write_bytes of /proc/self/io) instead"
-            ),
-        }
-    }
-
-    /// What the device writes while this process does nothing (other processes' writes land
-    /// in the same counter).
-    fn background(&self, secs: f64) -> (String, Option<f64>) {
-        if secs <= 0.0 || matches!(self, Device::Missing { .. }) {
-            return ("not measured".into(), None);
-        }
-        let before = self.sample();
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        let d = self.sample().minus(before);
-        let rate = d.dev_bytes.unwrap_or(0) as f64 / secs;
-        (
-            format!("{:.0} KiB/s over {secs} s idle", rate / 1024.0),
-            Some(rate),
-        )
-    }
-}
-
-/// Flush the filesystem, so writeback from before a window is not counted in it and the
-/// window's own (journal commits included) is.
-fn syncfs(dir: &Path) {
-    if let Ok(f) = File::open(dir) {
-        // SAFETY: syncfs only reads the descriptor, which `f` keeps open for the call.
-        unsafe { libc::syncfs(f.as_raw_fd()) };
-    }
-}
-
-/// Cargo's target directory: the ancestor of this executable holding CACHEDIR.TAG
-/// (target/release/deps/threshold-HASH), so it follows CARGO_TARGET_DIR.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.ancestors()
-        .find(|d| d.join("CACHEDIR.TAG").exists())
-        .or_else(|| exe.ancestors().nth(3))
-        .expect("target dir")
-        .to_path_buf()
-}
-
-/// Filesystem type of the mount holding `path` (longest mount-point prefix in /proc/mounts).
-fn fs_type(path: &Path) -> Option<String> {
-    let path = std::fs::canonicalize(path).ok()?;
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, mnt, ty) = (f.next()?, f.next()?, f.next()?);
-            path.starts_with(mnt).then(|| (mnt.len(), ty.to_string()))
-        })
-        .max_by_key(|(len, _)| *len)
-        .map(|(_, ty)| ty)
-}
-
 // ---- the machine -------------------------------------------------------------------------
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
 
 fn machine() -> String {
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -808,38 +653,6 @@ fn csv_extra(r: &Row) -> Vec<String> {
         r.engine_copies.to_string(),
         r.engine_switches.to_string(),
     ]
-}
-
-fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r[i].len())
-                .chain([header[i].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |r: &[&str]| {
-        let parts: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            // Names left-aligned, numbers right-aligned.
-            .map(|(i, (s, w))| {
-                if i < 2 {
-                    format!("{s:<w$}")
-                } else {
-                    format!("{s:>w$}")
-                }
-            })
-            .collect();
-        println!("{}", parts.join("  ").trim_end());
-    };
-    line(header);
-    for r in rows {
-        line(&r.iter().map(String::as_str).collect::<Vec<_>>());
-    }
 }
 
 /// The table as CSV (table columns, then raw numbers), preceded by `#` comment lines.
