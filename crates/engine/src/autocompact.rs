@@ -18,10 +18,8 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use larch_pager::{FileStorage, Meta};
-
 use crate::compact::{copy_snapshot, CompactReport};
-use crate::db::{Db, Handle, Inner};
+use crate::db::{Db, Handle, Inner, WriterState};
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::read::ReadTx;
@@ -34,6 +32,11 @@ const CATCH_UP_ROUNDS: usize = 4;
 pub(crate) struct Compaction {
     running: AtomicBool,
     cancel: AtomicBool,
+    /// While a compaction runs: the file length past which writers wait for it (0: none).
+    limit: AtomicU64,
+    /// Writers waiting for the running compaction to end.
+    ended: parking_lot::Condvar,
+    ended_lock: Mutex<()>,
     thread: Mutex<Option<JoinHandle<()>>>,
     last: Mutex<Option<std::result::Result<CompactReport, String>>>,
     completed: AtomicU64,
@@ -53,6 +56,31 @@ impl Compaction {
         }
     }
 
+    /// The compaction has ended (done, failed or stopped): wake the writers waiting for it.
+    fn finish(&self) {
+        let _g = self.ended_lock.lock();
+        self.limit.store(0, Ordering::Release);
+        self.running.store(false, Ordering::Release);
+        self.ended.notify_all();
+    }
+
+    /// Before a write transaction: while a compaction runs and the file has grown past its
+    /// limit, wait for the switch. Without this a fast writer outruns the copy (the copy's
+    /// snapshot pins every page freed meanwhile, so the old file grows as under `Null`) and
+    /// the file has no bound; with it, the file stays within (1 + t) of its length when the
+    /// compaction started. Writers never wait while holding the writer lock, so the last
+    /// catch-up round can always take it.
+    pub(crate) fn throttle(&self, file_len: impl Fn() -> u64) {
+        let limit = self.limit.load(Ordering::Acquire);
+        if limit == 0 || file_len() <= limit {
+            return;
+        }
+        let mut g = self.ended_lock.lock();
+        while self.running.load(Ordering::Acquire) && self.limit.load(Ordering::Acquire) != 0 {
+            self.ended.wait(&mut g);
+        }
+    }
+
     fn cancelled(&self) -> Result<()> {
         if self.cancel.load(Ordering::Acquire) {
             return Err(Error::Compaction("stopped: the database is closing".into()));
@@ -61,22 +89,91 @@ impl Compaction {
     }
 }
 
-/// After a commit of `meta` on `inner`: start a compaction if the threshold says so.
-pub(crate) fn maybe_start(handle: &Arc<Handle>, inner: &Inner, meta: &Meta) {
+/// What the threshold is compared with: free pages the writer has not needed lately.
+///
+/// The dead ratio (`Stats::dead_ratio`) is the wrong trigger for a policy that reuses pages: it
+/// counts free pages the next commits will take, and pages that wait for the next sync (crash
+/// safety forbids reusing them before it; under Async commits they can be most of the tree).
+/// Compaction cannot give those back, so a threshold below the share a workload holds on its own
+/// would only compact back to back. What compaction can give back is slack: free pages that
+/// stayed free through the last two sync windows (a window ends when the durable txid
+/// advances), the fewest free pages seen over them. Pages that only readers hold count as
+/// free: compaction routes around a long-lived reader (it keeps the old file until it ends).
+/// A file that compaction created starts with
+/// the free pages its catch-up commits left; they count only once the writer has used them.
+#[derive(Debug, Default)]
+pub(crate) struct Trigger {
+    started: bool,
+    /// Fewest free pages since the durable txid last advanced, and in the window before.
+    cur_min: u64,
+    prev_min: u64,
+    /// Durable txid the current window began at.
+    window: crate::TxId,
+    /// For a compacted file: the fewest slack pages seen since the switch (not counted).
+    born: Option<u64>,
+}
+
+impl Trigger {
+    /// Record the free pages after a commit; the pages of slack over the baseline.
+    pub(crate) fn observe(&mut self, free: u64, durable: crate::TxId) -> u64 {
+        if !self.started {
+            self.started = true;
+            (self.cur_min, self.prev_min, self.window) = (free, free, durable);
+        } else if durable != self.window {
+            (self.prev_min, self.cur_min, self.window) = (self.cur_min, free, durable);
+        } else {
+            self.cur_min = self.cur_min.min(free);
+        }
+        let slack = self.cur_min.min(self.prev_min);
+        let base = match &mut self.born {
+            Some(b) => {
+                *b = (*b).min(slack);
+                *b
+            }
+            None => 0,
+        };
+        slack - base
+    }
+
+    /// A file made by compaction: its leftover free pages are not the writer's.
+    pub(crate) fn compacted() -> Trigger {
+        Trigger {
+            born: Some(u64::MAX),
+            ..Trigger::default()
+        }
+    }
+}
+
+/// After a commit on `inner` (its writer state `w`): start a compaction if the threshold says so.
+pub(crate) fn maybe_start(handle: &Arc<Handle>, inner: &Inner, w: &mut WriterState) {
     let Some(threshold) = handle.opts.compaction_threshold else {
         return;
     };
     let c = &handle.compaction;
-    if c.cancel.load(Ordering::Acquire) || meta.high_water == 0 {
+    let hw = w.committed.high_water;
+    // Free now, or held back only by readers (the compacted file has none of those).
+    let held_by_readers = w
+        .free
+        .pending
+        .freed_up_to(w.durable.min(w.committed.txid.saturating_sub(1)))
+        + w.reader_pinned.len();
+    let slack = w
+        .trigger
+        .observe(w.free.free_pages() + held_by_readers, w.durable);
+    if c.cancel.load(Ordering::Acquire) || hw == 0 {
         return;
     }
-    let dead = meta.unreachable_pages as f64 / meta.high_water as f64;
-    if dead <= threshold || inner.pager.file_len() < handle.opts.compaction_min_bytes {
+    if slack as f64 <= threshold * hw as f64
+        || inner.pager.file_len() < handle.opts.compaction_min_bytes
+    {
         return;
     }
     if c.running.swap(true, Ordering::AcqRel) {
         return;
     }
+    let len = inner.pager.file_len();
+    c.limit
+        .store(len + (len as f64 * threshold) as u64, Ordering::Release);
     // A previous run has finished (running was false): reap its thread.
     c.join();
     let h = handle.clone();
@@ -88,11 +185,11 @@ pub(crate) fn maybe_start(handle: &Arc<Handle>, inner: &Inner, meta: &Meta) {
                 h.compaction.completed.fetch_add(1, Ordering::AcqRel);
             }
             *h.compaction.last.lock() = Some(r.map_err(|e| e.to_string()));
-            h.compaction.running.store(false, Ordering::Release);
+            h.compaction.finish();
         });
     match spawned {
         Ok(t) => *c.thread.lock() = Some(t),
-        Err(_) => c.running.store(false, Ordering::Release),
+        Err(_) => c.finish(),
     }
 }
 
@@ -111,10 +208,10 @@ fn temp_path(path: &Path) -> PathBuf {
 
 fn run(h: &Arc<Handle>) -> Result<CompactReport> {
     let tmp = temp_path(&h.path);
-    let _ = std::fs::remove_file(&tmp);
+    let _ = h.fs.remove(&tmp);
     let r = switch(h, &tmp);
     if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = h.fs.remove(&tmp);
     }
     r
 }
@@ -130,7 +227,7 @@ fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
 fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
     let old = h.core();
     let mut base = old.begin_read()?;
-    copy_snapshot(&base, old.pager.file_len(), tmp)?;
+    copy_snapshot(&base, old.pager.file_len(), tmp, &*h.fs)?;
     h.compaction.cancelled()?;
     // Open the copy under the final path's name (for messages); it keeps its own lock.
     let file = OpenOptions::new()
@@ -140,7 +237,7 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
         .map_err(|e| io_err("open compacted file", tmp, e))?;
     let mut opts = h.opts;
     opts.compaction_threshold = None;
-    let storage = Box::new(FileStorage::new(file, opts.write_mode));
+    let storage = h.fs.storage(tmp, file, opts.write_mode);
     let new = Db::open_with_storage(&h.path, storage, opts)?;
     // Catch up with commits made during the copy, while writers carry on.
     for _ in 0..CATCH_UP_ROUNDS {
@@ -164,7 +261,7 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
     let before = old.pager.file_len();
     new.sync()?;
     drop((cur, base));
-    std::fs::rename(tmp, &h.path)
+    h.fs.rename(tmp, &h.path)
         .map_err(|e| io_err("rename compacted file into place", &h.path, e))?;
     let dir = h
         .path
@@ -172,8 +269,10 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
         .filter(|d| !d.as_os_str().is_empty())
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
-    larch_pager::sync_dir(&dir).map_err(|e| io_err("fsync directory", &dir, e))?;
+    h.fs.sync_dir(&dir)
+        .map_err(|e| io_err("fsync directory", &dir, e))?;
     let inner = new.inner();
+    inner.writer.lock().trigger = Trigger::compacted();
     let after = inner.pager.file_len();
     *h.core.write() = inner;
     old.retired.store(true, Ordering::Release);

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use larch_pager::{Meta, PageHeader, PageRole, PageType, Pager, PagerOptions, TreeRoot};
 
 use crate::error::{Error, Result};
+use crate::fs::CompactionFs;
 use crate::node::{Child, Limits, Node, Val, ValRef, OVERFLOW_HEADER};
 use crate::read::ReadTx;
 use crate::view::View;
@@ -230,7 +231,12 @@ fn load_tree<'v>(
 }
 
 /// Write the snapshot `rx` into a new file at `dest` (which must not exist).
-pub(crate) fn copy_snapshot(rx: &ReadTx, src_bytes: u64, dest: &Path) -> Result<CompactReport> {
+pub(crate) fn copy_snapshot(
+    rx: &ReadTx,
+    src_bytes: u64,
+    dest: &Path,
+    fs: &dyn CompactionFs,
+) -> Result<CompactReport> {
     if dest.exists() {
         return Err(Error::InvalidOption(format!(
             "{} already exists; compaction writes a new file",
@@ -248,14 +254,14 @@ pub(crate) fn copy_snapshot(rx: &ReadTx, src_bytes: u64, dest: &Path) -> Result<
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.compacting.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
+    let _ = fs.remove(&tmp);
     let result = (|| -> Result<u64> {
         let opts = PagerOptions {
             page_size,
             create: true,
             ..PagerOptions::default()
         };
-        let (pager, _) = Pager::open(&tmp, opts)?;
+        let (pager, _) = Pager::open_wrapped(&tmp, opts, &|f, m| fs.storage(&tmp, f, m))?;
         let limits = Limits::new(page_size);
         let mut w = Writer {
             pager: &pager,
@@ -318,13 +324,13 @@ pub(crate) fn copy_snapshot(rx: &ReadTx, src_bytes: u64, dest: &Path) -> Result<
     let after = match result {
         Ok(b) => b,
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = fs.remove(&tmp);
             return Err(e);
         }
     };
     // Appear at `dest` only complete: link (never replacing a file), then sync the directory.
-    let linked = std::fs::hard_link(&tmp, dest);
-    let _ = std::fs::remove_file(&tmp);
+    let linked = fs.hard_link(&tmp, dest);
+    let _ = fs.remove(&tmp);
     linked.map_err(|e| {
         Error::Pager(larch_pager::PagerError::Io {
             op: "link compacted file into place",
@@ -332,7 +338,7 @@ pub(crate) fn copy_snapshot(rx: &ReadTx, src_bytes: u64, dest: &Path) -> Result<
             source: e,
         })
     })?;
-    larch_pager::sync_dir(&dir).map_err(|e| {
+    fs.sync_dir(&dir).map_err(|e| {
         Error::Pager(larch_pager::PagerError::Io {
             op: "fsync directory",
             path: dir.clone(),

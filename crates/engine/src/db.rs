@@ -60,6 +60,8 @@ pub(crate) struct WriterState {
     pub meta_written: TxId,
     /// Freed pages only readers can reach (written after the last durable commit).
     pub reader_pinned: crate::unpinned::ReaderPinned,
+    /// What the compaction threshold is compared with (autocompact.rs).
+    pub trigger: crate::autocompact::Trigger,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
@@ -84,6 +86,8 @@ pub(crate) struct Handle {
     /// Live `Db` clones; the last one to drop stops a running compaction.
     pub handles: AtomicUsize,
     pub compaction: crate::autocompact::Compaction,
+    /// Directory operations and new files of compaction (the real file system but in tests).
+    pub fs: Arc<dyn crate::fs::CompactionFs>,
 }
 
 impl Handle {
@@ -160,6 +164,10 @@ impl Db {
     }
 
     fn wrap(inner: Inner) -> Db {
+        Self::wrap_with_fs(inner, Arc::new(crate::fs::RealFs))
+    }
+
+    fn wrap_with_fs(inner: Inner, fs: Arc<dyn crate::fs::CompactionFs>) -> Db {
         Db {
             handle: Arc::new(Handle {
                 path: inner.pager.path().to_path_buf(),
@@ -167,6 +175,7 @@ impl Db {
                 core: RwLock::new(Arc::new(inner)),
                 handles: AtomicUsize::new(1),
                 compaction: Default::default(),
+                fs,
             }),
         }
     }
@@ -195,6 +204,29 @@ impl Db {
         Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
     }
 
+    /// [`Db::open_with_storage`], with compaction's new files and directory operations going
+    /// through `fs` too (the power-cut simulation of compaction records them).
+    #[doc(hidden)]
+    pub fn open_with_storage_and_fs(
+        path: impl AsRef<Path>,
+        storage: Box<dyn Storage>,
+        opts: Options,
+        fs: Arc<dyn crate::fs::CompactionFs>,
+    ) -> Result<Db> {
+        let popts = PagerOptions {
+            page_size: opts.page_size,
+            write_mode: opts.write_mode,
+            advice: opts.advice,
+            read_only: opts.read_only,
+            create: false,
+        };
+        let (pager, opened) = Pager::open_storage(path.as_ref(), storage, popts)?;
+        Ok(Self::wrap_with_fs(
+            Self::from_pager(pager, opened, opts)?,
+            fs,
+        ))
+    }
+
     pub(crate) fn from_pager(pager: Pager, opened: OpenedMetas, opts: Options) -> Result<Inner> {
         let meta = opened.current;
         let map = pager.map();
@@ -219,6 +251,7 @@ impl Db {
                 meta_unsynced: None,
                 meta_written: meta.txid,
                 reader_pinned: Default::default(),
+                trigger: Default::default(),
             })),
             pager,
             opts,

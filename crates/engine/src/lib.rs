@@ -62,6 +62,7 @@ mod db;
 mod durability;
 mod error;
 mod freemap;
+mod fs;
 mod mutate;
 mod node;
 mod options;
@@ -77,6 +78,8 @@ pub use compact::CompactReport;
 pub use cursor::Range;
 pub use db::{Db, IoStats};
 pub use error::{Error, Result};
+#[doc(hidden)]
+pub use fs::{CompactionFs, RealFs};
 pub use larch_pager::{FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode};
 pub use read::{ReadTree, ReadTx};

@@ -135,9 +135,13 @@ impl Options {
         self.create = on;
         self
     }
-    /// Compact in the background when a commit leaves more than this fraction of the file's
-    /// pages dead (ForestDB's default is 0.30), once the file is over
-    /// [`Options::compaction_min_bytes`]. `None` (the default) never compacts on its own.
+    /// Compact in the background when more than this fraction of the file's pages has stayed
+    /// free (or held only by readers) through the last two sync windows (ForestDB's default
+    /// threshold is 0.30), once the file is over [`Options::compaction_min_bytes`]. Pages the
+    /// policy keeps reusing, and pages waiting for the next sync, do not count: compaction
+    /// could not give them back. While a compaction runs, `begin_write` waits for it once the
+    /// file has grown by this fraction since it started, so a fast writer cannot outrun the
+    /// copy. `None` (the default) never compacts on its own (docs/format.md, "By threshold").
     pub fn compaction_threshold(mut self, t: Option<f64>) -> Self {
         self.compaction_threshold = t;
         self

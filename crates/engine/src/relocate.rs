@@ -157,6 +157,11 @@ impl Db {
     /// appears at `path` only when complete and synced.
     pub fn compact_to(&self, path: impl AsRef<Path>) -> Result<CompactReport> {
         let rx = self.begin_read()?;
-        copy_snapshot(&rx, self.inner().pager.file_len(), path.as_ref())
+        copy_snapshot(
+            &rx,
+            self.inner().pager.file_len(),
+            path.as_ref(),
+            &*self.handle.fs,
+        )
     }
 }

@@ -105,6 +105,9 @@ impl<'db> WriteTx<'db> {
     pub(crate) fn begin(handle: &'db Arc<Handle>) -> Result<WriteTx<'db>> {
         // Wait for the writer lock of the current file; if background compaction replaced the
         // file meanwhile, start over on the new one.
+        handle
+            .compaction
+            .throttle(|| handle.core().pager.file_len());
         let (db, mut w) = loop {
             let db = handle.core();
             db.pager.check_writable()?;
@@ -398,7 +401,7 @@ impl<'db> WriteTx<'db> {
         }
         self.done = true;
         if r.is_ok() {
-            crate::autocompact::maybe_start(&self.handle, &self.db, &self.w.committed);
+            crate::autocompact::maybe_start(&self.handle, &self.db, &mut self.w);
         }
         r
     }

@@ -12,6 +12,9 @@ use crate::{PageId, TxId};
 pub struct Pending {
     by_tx: BTreeMap<TxId, Vec<(PageId, u64)>>,
     pages: u64,
+    /// Pages freed by a txid <= `mark` (see [`Pending::freed_up_to`]).
+    held: u64,
+    mark: TxId,
 }
 
 impl Pending {
@@ -27,6 +30,9 @@ impl Pending {
         }
         self.by_tx.entry(txid).or_default().push((start, n));
         self.pages += n;
+        if txid <= self.mark {
+            self.held += n;
+        }
     }
 
     /// Undo an `add` of exactly this run for this txid (abort); returns false if not found.
@@ -43,6 +49,9 @@ impl Pending {
             self.by_tx.remove(&txid);
         }
         self.pages -= n;
+        if txid <= self.mark {
+            self.held -= n;
+        }
         true
     }
 
@@ -53,9 +62,30 @@ impl Pending {
             None => BTreeMap::new(),
         };
         let released = std::mem::replace(&mut self.by_tx, still_pending);
+        let mut held = 0;
+        for (&tx, runs) in &released {
+            if tx <= self.mark {
+                held += runs.iter().map(|&(_, n)| n).sum::<u64>();
+            }
+        }
+        self.held -= held;
         let runs: Vec<(PageId, u64)> = released.into_values().flatten().collect();
         self.pages -= runs.iter().map(|&(_, n)| n).sum::<u64>();
         runs
+    }
+
+    /// Pages freed by a transaction <= `txid`, for a `txid` that only grows between calls
+    /// (the durable txid: what is still pending from then on waits only for readers).
+    /// Amortized O(1): each transaction's frees are counted once, when the mark passes it.
+    pub fn freed_up_to(&mut self, txid: TxId) -> u64 {
+        if txid > self.mark {
+            let from = self.mark.saturating_add(1);
+            for runs in self.by_tx.range(from..=txid).map(|(_, r)| r) {
+                self.held += runs.iter().map(|&(_, n)| n).sum::<u64>();
+            }
+            self.mark = txid;
+        }
+        self.held
     }
 
     /// Number of pages pending.
@@ -89,6 +119,29 @@ impl Pending {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn freed_up_to_counts_what_a_growing_mark_has_passed() {
+        let mut p = Pending::new();
+        p.add(1, 10, 2);
+        p.add(2, 20, 3);
+        p.add(3, 30, 4);
+        assert_eq!(p.freed_up_to(0), 0);
+        assert_eq!(p.freed_up_to(2), 5);
+        // Adds at or below the mark count at once; removals and releases uncount.
+        p.add(2, 40, 1);
+        assert_eq!(p.freed_up_to(2), 6);
+        assert!(p.remove(2, 40, 1));
+        assert_eq!(p.freed_up_to(2), 5);
+        p.release(1);
+        assert_eq!(p.freed_up_to(2), 3);
+        assert_eq!(p.freed_up_to(3), 7);
+        p.add(5, 50, 8);
+        assert_eq!(p.freed_up_to(4), 7, "txid 5 is past the mark");
+        p.release(10);
+        assert_eq!(p.freed_up_to(4), 0);
+        assert_eq!(p.len(), 0);
+    }
+
     use super::*;
 
     #[test]

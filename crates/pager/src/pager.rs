@@ -85,6 +85,18 @@ impl Pager {
     /// Open `path`, creating it (atomically: a crash leaves no file or a valid empty
     /// database) if it is missing and `opts.create` is set.
     pub fn open(path: &Path, opts: PagerOptions) -> Result<(Pager, OpenedMetas)> {
+        Self::open_wrapped(path, opts, &|file, mode| {
+            Box::new(FileStorage::new(file, mode))
+        })
+    }
+
+    /// [`Pager::open`], with the opened file's writes going through the storage `wrap` makes
+    /// of it (tests record them).
+    pub fn open_wrapped(
+        path: &Path,
+        opts: PagerOptions,
+        wrap: &dyn Fn(File, WriteMode) -> Box<dyn Storage>,
+    ) -> Result<(Pager, OpenedMetas)> {
         if !valid_page_size(opts.page_size) {
             return Err(PagerError::InvalidPageSize(opts.page_size));
         }
@@ -103,7 +115,7 @@ impl Pager {
             .write(!opts.read_only)
             .open(path)
             .map_err(|e| PagerError::io("open", path, e))?;
-        let storage: Box<dyn Storage> = Box::new(FileStorage::new(file, opts.write_mode));
+        let storage = wrap(file, opts.write_mode);
         Self::open_storage(path, storage, opts)
     }
 

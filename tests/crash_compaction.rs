@@ -1,0 +1,626 @@
+//! Power cuts during compaction by copy: `Db::compact_to` and the background compaction that
+//! `Options::compaction_threshold` starts (copy, catch-up commits, rename over the old file).
+//!
+//! Compaction involves several files and directory operations, so the recording here is of a
+//! whole directory: every page write, sync and resize of every file (the database, the
+//! compacted copy) and every link, rename, removal and directory sync, in the order they
+//! happened (`larch::CompactionFs` routes compaction's through the recorder). For a cut after
+//! operation k we build what a disk could hold:
+//! - each file: its writes up to its own last sync, plus any subset of its later 4 KiB blocks,
+//!   some torn (as tests/crash.rs does for one file);
+//! - the directory: every operation up to the last directory sync, plus a prefix of the later
+//!   ones (a journaling file system persists metadata operations in order; a rename is atomic).
+//!
+//! The database's path must then name a complete database (old or new file, never neither)
+//! holding a committed state no older than the last commit acknowledged as durable, and the
+//! destination of `compact_to`, when it exists, must hold exactly the snapshot it copied.
+//! `LARCH_CRASH_CASES` raises the number of random cuts per background run (default 300).
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use larch::{CompactionFs, Db, Durability, Options, Policy, Storage, WriteMode};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write {
+        file: usize,
+        off: u64,
+        data: Vec<u8>,
+    },
+    Sync {
+        file: usize,
+    },
+    SetLen {
+        file: usize,
+        len: u64,
+    },
+    /// A new file (created, synced and linked by the engine, with the directory synced): its
+    /// contents at creation and its name are durable from here on.
+    Create {
+        file: usize,
+        name: String,
+    },
+    Link {
+        from: String,
+        to: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Remove {
+        name: String,
+    },
+    SyncDir,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    ops: Vec<Op>,
+    /// Contents of each file when it entered the log.
+    initial: Vec<Vec<u8>>,
+    /// Names to files as the engine sees them now (to know which file a path is).
+    names: BTreeMap<String, usize>,
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// A file's storage: applies every operation to the real file (the engine maps it) and logs it.
+#[derive(Debug)]
+struct Recording {
+    file: File,
+    id: usize,
+    log: Arc<Mutex<Log>>,
+}
+
+impl Storage for Recording {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)?;
+        let file = self.id;
+        self.log.lock().unwrap().ops.push(Op::SetLen { file, len });
+        Ok(())
+    }
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let data = bufs.concat();
+        self.file.write_all_at(&data, offset)?;
+        let file = self.id;
+        self.log.lock().unwrap().ops.push(Op::Write {
+            file,
+            off: offset,
+            data,
+        });
+        Ok(())
+    }
+    fn sync(&self) -> io::Result<()> {
+        let file = self.id;
+        self.log.lock().unwrap().ops.push(Op::Sync { file });
+        Ok(())
+    }
+    fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+/// Compaction's file-system operations, performed for real and logged.
+#[derive(Debug)]
+struct RecordingFs {
+    log: Arc<Mutex<Log>>,
+}
+
+impl CompactionFs for RecordingFs {
+    fn storage(&self, path: &Path, file: File, _mode: WriteMode) -> Box<dyn Storage> {
+        let mut log = self.log.lock().unwrap();
+        let name = name_of(path);
+        let id = match log.names.get(&name) {
+            Some(&id) => id,
+            None => {
+                let id = log.initial.len();
+                log.initial.push(std::fs::read(path).unwrap());
+                log.names.insert(name.clone(), id);
+                log.ops.push(Op::Create { file: id, name });
+                id
+            }
+        };
+        Box::new(Recording {
+            file,
+            id,
+            log: self.log.clone(),
+        })
+    }
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::hard_link(from, to)?;
+        let mut log = self.log.lock().unwrap();
+        let id = log.names[&name_of(from)];
+        log.names.insert(name_of(to), id);
+        log.ops.push(Op::Link {
+            from: name_of(from),
+            to: name_of(to),
+        });
+        Ok(())
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)?;
+        let mut log = self.log.lock().unwrap();
+        let id = log.names.remove(&name_of(from)).unwrap();
+        log.names.insert(name_of(to), id);
+        log.ops.push(Op::Rename {
+            from: name_of(from),
+            to: name_of(to),
+        });
+        Ok(())
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)?;
+        let mut log = self.log.lock().unwrap();
+        log.names.remove(&name_of(path));
+        log.ops.push(Op::Remove {
+            name: name_of(path),
+        });
+        Ok(())
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()?;
+        self.log.lock().unwrap().ops.push(Op::SyncDir);
+        Ok(())
+    }
+}
+
+const DB: &str = "db.larch";
+const DST: &str = "copy.larch";
+
+/// Everything a run recorded.
+struct Trace {
+    ops: Vec<Op>,
+    initial: Vec<Vec<u8>>,
+    /// Committed states in commit order.
+    states: Vec<Model>,
+    /// (ops done when the commit returned, index into `states`) for Sync commits.
+    durable_acks: Vec<(usize, usize)>,
+    /// (ops done when compact_to returned, ops done when it began, the state it copied).
+    copy: Option<(usize, usize, usize)>,
+    opts: Options,
+}
+
+fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::tempdir_in(shm) {
+            return d;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{:06}", (i * 7919) % 1_000_003).into_bytes()
+}
+
+/// What the workload does between commits.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// Commits, then `compact_to(DST)` halfway, then more commits.
+    CompactTo,
+    /// Commits under a compaction threshold; each commit waits for a compaction it started
+    /// (so copies run without concurrent commits and every switch is at a known point).
+    BackgroundQuiet,
+    /// Commits keep going while the background copy runs (catch-up rounds, the last one under
+    /// the writer lock); interleaving differs from run to run and every run is checked.
+    BackgroundBusy,
+}
+
+fn run(mode: Mode, commits: u64, seed: u64) -> Trace {
+    let dir = scratch_dir();
+    let path = dir.path().join(DB);
+    let background = !matches!(mode, Mode::CompactTo);
+    let opts = Options::default()
+        .policy(Policy::Null)
+        .compaction_threshold(background.then_some(0.3))
+        .compaction_min_bytes(0);
+    drop(Db::open(&path, opts).unwrap());
+    let log = Arc::new(Mutex::new(Log::default()));
+    {
+        let mut l = log.lock().unwrap();
+        l.initial.push(std::fs::read(&path).unwrap());
+        l.names.insert(DB.to_string(), 0);
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let storage = Box::new(Recording {
+        file,
+        id: 0,
+        log: log.clone(),
+    });
+    let fs = Arc::new(RecordingFs { log: log.clone() });
+    let db = Db::open_with_storage_and_fs(&path, storage, opts, fs).unwrap();
+    let ops_now = || log.lock().unwrap().ops.len();
+    let mut model = Model::new();
+    let mut states = vec![Model::new()];
+    let mut durable_acks = Vec::new();
+    let mut copy = None;
+    let mut x = seed | 1;
+    for c in 0..commits {
+        let mut tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for _ in 0..12 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = key(x % 150);
+                if x % 11 == 0 {
+                    t.remove(&k).unwrap();
+                    model.remove(&k);
+                } else {
+                    let v = vec![(c % 251) as u8; 60 + (x % 150) as usize];
+                    t.insert(&k, &v).unwrap();
+                    model.insert(k, v);
+                }
+            }
+        }
+        // Mostly durable commits; some Async ones (durable at the next Sync commit).
+        let d = if c % 4 == 3 {
+            Durability::Async
+        } else {
+            Durability::Sync
+        };
+        tx.set_durability(d);
+        tx.commit().unwrap();
+        states.push(model.clone());
+        if matches!(d, Durability::Sync) {
+            durable_acks.push((ops_now(), states.len() - 1));
+        }
+        if matches!(mode, Mode::BackgroundQuiet) {
+            db.wait_for_compaction().unwrap();
+        }
+        if matches!(mode, Mode::CompactTo) && c == commits / 2 {
+            let began = ops_now();
+            db.compact_to(dir.path().join(DST)).unwrap();
+            copy = Some((ops_now(), began, states.len() - 1));
+        }
+    }
+    if background {
+        db.wait_for_compaction().unwrap();
+        assert!(db.compactions() >= 1, "{mode:?}: no compaction ran");
+    }
+    let l = log.lock().unwrap();
+    let trace = Trace {
+        ops: l.ops.clone(),
+        initial: l.initial.clone(),
+        states,
+        durable_acks,
+        copy,
+        opts,
+    };
+    drop(l);
+    // Leave the close-time sync out of the trace.
+    std::mem::forget(db);
+    trace
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Image {
+    /// Nothing after each file's last sync and the last directory sync reached the disk.
+    DurableOnly,
+    /// Everything reached the disk.
+    Everything,
+    /// Random subsets of later blocks (lost, written, torn) and a random prefix of later
+    /// directory operations.
+    Random(u64),
+}
+
+fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
+    let end = off as usize + data.len();
+    if img.len() < end {
+        img.resize(end, 0);
+    }
+    img[off as usize..end].copy_from_slice(data);
+}
+
+fn file_of(op: &Op) -> Option<usize> {
+    match op {
+        Op::Write { file, .. } | Op::Sync { file } | Op::SetLen { file, .. } => Some(*file),
+        _ => None,
+    }
+}
+
+/// The directory (names to files) and each file's contents a cut after `k` ops may leave.
+fn build_image(trace: &Trace, k: usize, how: Image) -> (BTreeMap<String, usize>, Vec<Vec<u8>>) {
+    let ops = &trace.ops[..k];
+    let mut rng = match how {
+        Image::Random(seed) => Some(Rng(seed | 1)),
+        _ => None,
+    };
+    // Files.
+    let mut files = trace.initial.clone();
+    for (id, img) in files.iter_mut().enumerate() {
+        let last_sync = ops
+            .iter()
+            .rposition(|o| matches!(o, Op::Sync { file } if *file == id));
+        for (i, op) in ops.iter().enumerate() {
+            if file_of(op) != Some(id) {
+                continue;
+            }
+            let durable = last_sync.is_some_and(|s| i < s);
+            match (op, durable, how) {
+                (Op::Write { off, data, .. }, true, _)
+                | (Op::Write { off, data, .. }, false, Image::Everything) => apply(img, *off, data),
+                (Op::SetLen { len, .. }, true, _)
+                | (Op::SetLen { len, .. }, false, Image::Everything) => {
+                    img.resize(*len as usize, 0)
+                }
+                (Op::Write { off, data, .. }, false, Image::Random(_)) => {
+                    let rng = rng.as_mut().unwrap();
+                    for (b, block) in data.chunks(4096).enumerate() {
+                        let at = off + (b * 4096) as u64;
+                        match rng.below(5) {
+                            0 | 1 => {}
+                            2 | 3 => apply(img, at, block),
+                            _ => {
+                                let n = if rng.below(2) == 0 {
+                                    512.min(block.len())
+                                } else {
+                                    1 + rng.below(block.len() as u64) as usize
+                                };
+                                apply(img, at, &block[..n]);
+                            }
+                        }
+                    }
+                }
+                (Op::SetLen { len, .. }, false, Image::Random(_))
+                    if rng.as_mut().unwrap().below(2) == 0 =>
+                {
+                    img.resize(*len as usize, 0);
+                }
+                _ => {}
+            }
+        }
+    }
+    // Directory: durable up to the last directory sync (a create syncs it too), then a prefix.
+    let is_dir_op = |o: &Op| file_of(o).is_none();
+    let dir_ops: Vec<&Op> = ops.iter().filter(|o| is_dir_op(o)).collect();
+    let durable = dir_ops
+        .iter()
+        .rposition(|o| matches!(o, Op::SyncDir | Op::Create { .. }))
+        .map_or(0, |i| i + 1);
+    let extra = dir_ops.len() - durable;
+    let keep = durable
+        + match how {
+            Image::DurableOnly => 0,
+            Image::Everything => extra,
+            Image::Random(_) => rng.as_mut().unwrap().below(extra as u64 + 1) as usize,
+        };
+    let mut names = BTreeMap::new();
+    names.insert(DB.to_string(), 0usize);
+    for op in &dir_ops[..keep] {
+        match op {
+            Op::Create { file, name } => {
+                names.insert(name.clone(), *file);
+            }
+            Op::Link { from, to } => {
+                let id = names[from];
+                names.insert(to.clone(), id);
+            }
+            Op::Rename { from, to } => {
+                let id = names.remove(from).unwrap();
+                names.insert(to.clone(), id);
+            }
+            Op::Remove { name } => {
+                names.remove(name);
+            }
+            _ => {}
+        }
+    }
+    (names, files)
+}
+
+fn contents(db: &Db) -> Model {
+    let rx = db.begin_read().unwrap();
+    let Ok(t) = rx.open_tree("t") else {
+        return Model::new();
+    };
+    t.iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Open `img` as a database; its contents (after a full check).
+fn open_image(img: &[u8], dir: &Path, opts: Options, ctx: &dyn Fn() -> String) -> Model {
+    let path: PathBuf = dir.join("cut.larch");
+    std::fs::write(&path, img).unwrap();
+    let opts = opts.compaction_threshold(None);
+    let db = Db::open(&path, opts).unwrap_or_else(|e| panic!("{}: open failed: {e}", ctx()));
+    if let Err(e) = db.check() {
+        panic!("{}: check failed: {e}", ctx());
+    }
+    let got = contents(&db);
+    // The recovered file must take new commits.
+    let mut tx = db.begin_write().unwrap();
+    tx.open_tree("after-crash")
+        .unwrap()
+        .insert(b"k", b"v")
+        .unwrap();
+    tx.commit().unwrap();
+    db.check()
+        .unwrap_or_else(|e| panic!("{}: check after a new commit failed: {e}", ctx()));
+    drop(db);
+    std::fs::remove_file(&path).unwrap();
+    got
+}
+
+fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
+    let (names, files) = build_image(trace, k, how);
+    let ctx = || {
+        format!(
+            "{label}: cut after {k} of {} ops, image {how:?}, directory {names:?}",
+            trace.ops.len()
+        )
+    };
+    let Some(&id) = names.get(DB) else {
+        panic!("{}: the database's name is gone", ctx());
+    };
+    let got = open_image(&files[id], dir, trace.opts, &ctx);
+    let min = trace
+        .durable_acks
+        .iter()
+        .take_while(|(done, _)| *done <= k)
+        .map(|&(_, s)| s)
+        .last()
+        .unwrap_or(0);
+    assert!(
+        trace.states[min..].contains(&got),
+        "{}: file {id} holds no committed state from #{min} on ({} entries)",
+        ctx(),
+        got.len()
+    );
+    if let Some((done, began, state)) = trace.copy {
+        match names.get(DST) {
+            Some(&c) => {
+                assert!(k > began, "{}: the copy exists before compact_to", ctx());
+                let copied = open_image(&files[c], dir, trace.opts, &ctx);
+                assert!(
+                    copied == trace.states[state],
+                    "{}: the compacted copy differs from the snapshot it copied",
+                    ctx()
+                );
+            }
+            None => assert!(
+                k < done,
+                "{}: compact_to returned but its file is gone",
+                ctx()
+            ),
+        }
+    }
+}
+
+fn cases() -> usize {
+    std::env::var("LARCH_CRASH_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+/// Every cut, three images each.
+fn exhaustive(trace: &Trace, label: &str) -> usize {
+    let dir = scratch_dir();
+    let mut cuts = 0;
+    for k in 0..=trace.ops.len() {
+        for how in [
+            Image::DurableOnly,
+            Image::Everything,
+            Image::Random(k as u64 * 7919 + 1),
+        ] {
+            verify_cut(trace, k, how, dir.path(), label);
+            cuts += 1;
+        }
+    }
+    cuts
+}
+
+fn dir_ops(trace: &Trace) -> usize {
+    trace.ops.iter().filter(|o| file_of(o).is_none()).count()
+}
+
+#[test]
+fn every_cut_of_compact_to_leaves_the_source_whole_and_the_copy_absent_or_complete() {
+    let trace = run(Mode::CompactTo, 24, 0x9e37_79b9);
+    assert!(trace.copy.is_some());
+    let cuts = exhaustive(&trace, "compact_to");
+    eprintln!(
+        "compact_to: {cuts} cuts over {} ops ({} directory ops)",
+        trace.ops.len(),
+        dir_ops(&trace)
+    );
+}
+
+#[test]
+fn every_cut_of_background_compaction_leaves_the_old_or_the_new_file_whole() {
+    let trace = run(Mode::BackgroundQuiet, 60, 0x51ed_270b);
+    assert!(
+        trace
+            .ops
+            .iter()
+            .any(|o| matches!(o, Op::Rename { to, .. } if to == DB)),
+        "no switch happened"
+    );
+    let cuts = exhaustive(&trace, "background, quiet");
+    eprintln!(
+        "background (quiet): {cuts} cuts over {} ops ({} directory ops)",
+        trace.ops.len(),
+        dir_ops(&trace)
+    );
+}
+
+#[test]
+fn random_cuts_of_background_compaction_racing_commits_keep_every_durable_commit() {
+    let mut total = 0;
+    let mut switches = 0;
+    for seed in 1..=3u64 {
+        let trace = run(Mode::BackgroundBusy, 80, seed * 0x2545_f491);
+        switches += trace
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::Rename { to, .. } if to == DB))
+            .count();
+        let dir = scratch_dir();
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        // Cuts around each directory operation are the interesting ones; the rest at random.
+        let mut ks: Vec<usize> = trace
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| file_of(o).is_none())
+            .flat_map(|(i, _)| [i, i + 1])
+            .collect();
+        for _ in 0..cases() {
+            ks.push(rng.below(trace.ops.len() as u64 + 1) as usize);
+        }
+        for k in ks {
+            for how in [
+                Image::DurableOnly,
+                Image::Everything,
+                Image::Random(rng.next()),
+            ] {
+                verify_cut(
+                    &trace,
+                    k,
+                    how,
+                    dir.path(),
+                    &format!("background, busy {seed}"),
+                );
+                total += 1;
+            }
+        }
+    }
+    assert!(switches >= 1, "no switch happened in any run");
+    eprintln!("background (busy): {total} cuts over 3 runs, {switches} switches");
+}
