@@ -153,13 +153,15 @@ fn apply(db: &Db, changes: &[(Vec<u8>, Vec<u8>)], d: Durability) -> larch::Resul
 /// Commit a few rounds, then make round 3 fail at the armed fault; check what the engine says
 /// and what the file holds after reopening. Returns false once the fault no longer fires
 /// (the sweep is past the last operation of that kind in the commit).
-fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode) -> bool {
+fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync: bool) -> bool {
     let path = dir.join(format!(
-        "f-{:?}-{}-{}-{}.larch",
+        "f-{:?}-{}-{}-{}-{one_fsync}.larch",
         fault.kind, fault.at, fault.errno, fault.short
     ));
     let _ = std::fs::remove_file(&path);
-    let opts = Options::default().write_mode(mode);
+    let opts = Options::default()
+        .write_mode(mode)
+        .one_fsync_commit(one_fsync);
     drop(Db::open(&path, opts).unwrap());
     let plan = Arc::new(Mutex::new(Plan::default()));
     let file = OpenOptions::new()
@@ -246,6 +248,18 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode) -> bool {
 }
 
 fn sweep(kind: Kind, errno: i32, short: bool, d: Durability, mode: WriteMode) -> usize {
+    sweep_with(kind, errno, short, d, mode, true)
+}
+
+/// `sweep`, choosing the Sync commit protocol (one fdatasync, or LMDB's two).
+fn sweep_with(
+    kind: Kind,
+    errno: i32,
+    short: bool,
+    d: Durability,
+    mode: WriteMode,
+    one_fsync: bool,
+) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let mut cases = 0;
     let sticky = errno == libc::ENOSPC;
@@ -261,12 +275,15 @@ fn sweep(kind: Kind, errno: i32, short: bool, d: Durability, mode: WriteMode) ->
             },
             d,
             mode,
+            one_fsync,
         ) {
             break;
         }
         cases += 1;
     }
-    eprintln!("{kind:?} errno {errno} short {short} {d:?} {mode:?}: {cases} fault positions");
+    eprintln!(
+        "{kind:?} errno {errno} short {short} {d:?} {mode:?} one-fsync {one_fsync}: {cases} fault positions"
+    );
     cases
 }
 
@@ -280,6 +297,15 @@ fn eio_on_any_write_fails_the_commit_and_keeps_the_previous_state() {
             "{d:?}: the commit should make several writes, saw {n}"
         );
     }
+    let n = sweep_with(
+        Kind::Write,
+        libc::EIO,
+        false,
+        Durability::Sync,
+        WriteMode::Pwrite,
+        false,
+    );
+    assert!(n >= 2, "two-sync commit: saw {n} writes");
 }
 
 #[test]
@@ -311,6 +337,16 @@ fn eio_on_fdatasync_poisons_the_handle_and_reopen_finds_a_whole_state() {
         let n = sweep(Kind::Sync, libc::EIO, false, d, WriteMode::Pwrite);
         assert!(n >= 1, "{d:?}: no sync to fail");
     }
+    // The two-sync protocol (pages, fdatasync, meta, fdatasync): a failure at either sync.
+    let n = sweep_with(
+        Kind::Sync,
+        libc::EIO,
+        false,
+        Durability::Sync,
+        WriteMode::Pwrite,
+        false,
+    );
+    assert!(n >= 2, "the two-sync commit failed at {n} syncs, not both");
 }
 
 #[test]
