@@ -47,7 +47,8 @@ pub struct Stats {
     pub txid: TxId,
     /// Newest txid that survives power loss.
     pub durable_txid: TxId,
-    /// Txid of the other meta slot, if valid.
+    /// Txid the other meta slot held when the file was opened, if valid (commits since then
+    /// rewrite both slots in turn; `durable_txid` is the current fallback).
     pub other_meta_txid: Option<TxId>,
     /// Set when open found the other meta slot damaged (a torn or corrupt meta) and used this one.
     pub meta_fallback: Option<String>,
