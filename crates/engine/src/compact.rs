@@ -313,6 +313,7 @@ pub(crate) fn copy_snapshot(
             unreachable_pages: 0,
             manifest_runs: 0,
             manifest_crc: 0,
+            manifest_first: 0,
         };
         pager.ensure_pages(hwm)?;
         pager.truncate(hwm)?;

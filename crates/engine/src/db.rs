@@ -62,6 +62,8 @@ pub(crate) struct WriterState {
     pub reader_pinned: crate::unpinned::ReaderPinned,
     /// What the compaction threshold is compared with (autocompact.rs).
     pub trigger: crate::autocompact::Trigger,
+    /// What the Async commits since the last durable one wrote (durability.rs).
+    pub batch: crate::durability::Batch,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
@@ -252,6 +254,7 @@ impl Db {
                 meta_written: meta.txid,
                 reader_pinned: Default::default(),
                 trigger: Default::default(),
+                batch: Default::default(),
             })),
             pager,
             opts,

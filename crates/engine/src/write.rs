@@ -435,13 +435,30 @@ impl<'db> WriteTx<'db> {
             unreachable_pages: self.w.unreachable_pages(),
             manifest_runs: 0,
             manifest_crc: 0,
+            manifest_first: 0,
         };
         // 3. Write every dirty page.
         let manifest = self.write_dirty_pages()?;
         // 4. Durability.
         let durability = self.durability;
         let prev = self.w.committed;
-        crate::durability::commit_meta(&self.db, &mut self.w, prev, meta, durability, &manifest)?;
+        let freed: Vec<(PageId, u64)> = self
+            .undo
+            .iter()
+            .filter_map(|u| match *u {
+                Undo::Freed(p, n) | Undo::ReaderFreed(p, n) => Some((p, n)),
+                _ => None,
+            })
+            .collect();
+        crate::durability::commit_meta(
+            &self.db,
+            &mut self.w,
+            prev,
+            meta,
+            durability,
+            &freed,
+            &manifest,
+        )?;
         // 5. Publish.
         self.undo.clear();
         self.db.publish(meta);
@@ -533,6 +550,7 @@ impl<'db> WriteTx<'db> {
                 start: self.nodes[order[start]].page,
                 pages: (end - start) as u32,
                 overflow: false,
+                txid: self.txid,
             });
             start = end;
         }
@@ -549,6 +567,7 @@ impl<'db> WriteTx<'db> {
                         start: page,
                         pages,
                         overflow: true,
+                        txid: self.txid,
                     });
                 }
             }

@@ -13,13 +13,16 @@
 //! 88     8    unreachable pages below the high-water mark (free + pending)
 //! 96     4    manifest runs (0: a two-sync commit, nothing to verify)
 //! 100    4    crc32 of the manifest runs
-//! 104    20   reserved, zero
+//! 104    8    oldest txid whose pages the manifest lists (0: only this meta's txid)
+//! 112    12   reserved, zero
 //! 124    4    crc32 of bytes 0..124
 //! 128    12n  manifest: first page u64 | pages u32 (high bit: one overflow run, else n node pages)
+//!        20n  ... or, when offset 104 is not 0: the same and the txid that wrote them u64
 //! ```
 //! Commit T writes slot T % 2; open takes the valid meta with the highest txid. A one-fsync
 //! commit lists in its manifest every page it wrote, so recovery can check they all reached
-//! the disk (docs/format.md, "One-fsync commit").
+//! the disk (docs/format.md, "One-fsync commit"); when it also makes earlier Async commits
+//! durable, it lists their pages that its tree still holds, and the oldest of their txids.
 
 use crate::{PageId, TxId};
 
@@ -88,6 +91,9 @@ pub struct Meta {
     pub manifest_runs: u32,
     /// crc32 of the manifest runs.
     pub manifest_crc: u32,
+    /// Oldest txid whose pages the manifest lists (a commit that also makes earlier Async
+    /// commits durable); 0 means only this meta's txid.
+    pub manifest_first: TxId,
 }
 
 /// What a one-fsync commit wrote: `pages` node pages from `start`, or one overflow run.
@@ -99,10 +105,14 @@ pub struct ManifestRun {
     pub pages: u32,
     /// One overflow run (one checksum over all its pages) rather than separate node pages.
     pub overflow: bool,
+    /// The commit that wrote it; 0 in a plain one-fsync manifest (the meta's own txid).
+    pub txid: TxId,
 }
 
 /// Bytes of one manifest run.
 pub const MANIFEST_RUN_SIZE: usize = 12;
+/// Bytes of one run in a manifest that lists several commits' pages (with their txids).
+pub const MANIFEST_BATCH_RUN_SIZE: usize = 20;
 const OVERFLOW_BIT: u32 = 1 << 31;
 
 impl ManifestRun {
@@ -110,15 +120,23 @@ impl ManifestRun {
         b[0..8].copy_from_slice(&self.start.to_le_bytes());
         let n = self.pages | if self.overflow { OVERFLOW_BIT } else { 0 };
         b[8..12].copy_from_slice(&n.to_le_bytes());
+        if b.len() >= MANIFEST_BATCH_RUN_SIZE {
+            b[12..20].copy_from_slice(&self.txid.to_le_bytes());
+        }
     }
     fn decode(b: &[u8]) -> ManifestRun {
         let mut s = [0u8; 8];
         s.copy_from_slice(&b[0..8]);
         let n = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+        let mut t = [0u8; 8];
+        if b.len() >= MANIFEST_BATCH_RUN_SIZE {
+            t.copy_from_slice(&b[12..20]);
+        }
         ManifestRun {
             start: u64::from_le_bytes(s),
             pages: n & !OVERFLOW_BIT,
             overflow: n & OVERFLOW_BIT != 0,
+            txid: u64::from_le_bytes(t),
         }
     }
 }
@@ -126,6 +144,22 @@ impl ManifestRun {
 /// Runs that fit in a meta page of `page_size` bytes.
 pub fn manifest_capacity(page_size: usize) -> usize {
     (page_size - META_SIZE) / MANIFEST_RUN_SIZE
+}
+
+/// Runs with txids (several commits' pages) that fit in a meta page of `page_size` bytes.
+pub fn manifest_batch_capacity(page_size: usize) -> usize {
+    (page_size - META_SIZE) / MANIFEST_BATCH_RUN_SIZE
+}
+
+impl Meta {
+    /// Bytes of each run of this meta's manifest.
+    pub fn manifest_run_size(&self) -> usize {
+        if self.manifest_first == 0 {
+            MANIFEST_RUN_SIZE
+        } else {
+            MANIFEST_BATCH_RUN_SIZE
+        }
+    }
 }
 
 /// Which of the two meta pages.
@@ -168,6 +202,7 @@ impl Meta {
             unreachable_pages: 0,
             manifest_runs: 0,
             manifest_crc: 0,
+            manifest_first: 0,
         }
     }
 
@@ -176,10 +211,11 @@ impl Meta {
     pub fn encode_page(&self, manifest: &[ManifestRun], page_size: usize) -> Vec<u8> {
         let mut page = vec![0u8; page_size];
         let mut meta = *self;
-        let end = META_SIZE + manifest.len() * MANIFEST_RUN_SIZE;
+        let size = self.manifest_run_size();
+        let end = META_SIZE + manifest.len() * size;
         for (i, r) in manifest.iter().enumerate() {
-            let at = META_SIZE + i * MANIFEST_RUN_SIZE;
-            r.encode(&mut page[at..at + MANIFEST_RUN_SIZE]);
+            let at = META_SIZE + i * size;
+            r.encode(&mut page[at..at + size]);
         }
         meta.manifest_runs = manifest.len() as u32;
         meta.manifest_crc = crc32fast::hash(&page[META_SIZE..end]);
@@ -191,17 +227,15 @@ impl Meta {
     /// its crc: an error means a torn or damaged meta.
     pub fn manifest(&self, page: &[u8]) -> Result<Vec<ManifestRun>, String> {
         let n = self.manifest_runs as usize;
-        let end = META_SIZE + n * MANIFEST_RUN_SIZE;
+        let size = self.manifest_run_size();
+        let end = META_SIZE + n * size;
         let Some(bytes) = page.get(META_SIZE..end) else {
             return Err(format!("manifest of {n} runs does not fit the meta page"));
         };
         if crc32fast::hash(bytes) != self.manifest_crc {
             return Err("manifest checksum mismatch (torn meta write)".into());
         }
-        Ok(bytes
-            .chunks_exact(MANIFEST_RUN_SIZE)
-            .map(ManifestRun::decode)
-            .collect())
+        Ok(bytes.chunks_exact(size).map(ManifestRun::decode).collect())
     }
 
     /// Encode into the first [`META_SIZE`] bytes, crc last.
@@ -218,6 +252,7 @@ impl Meta {
         b[88..96].copy_from_slice(&self.unreachable_pages.to_le_bytes());
         b[96..100].copy_from_slice(&self.manifest_runs.to_le_bytes());
         b[100..104].copy_from_slice(&self.manifest_crc.to_le_bytes());
+        b[104..112].copy_from_slice(&self.manifest_first.to_le_bytes());
         let crc = crc32fast::hash(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -268,8 +303,14 @@ impl Meta {
             unreachable_pages: u64_at(88),
             manifest_runs: u32_at(96),
             manifest_crc: u32_at(100),
+            manifest_first: u64_at(104),
         };
-        if meta.manifest_runs as usize > manifest_capacity(page_size as usize) {
+        let capacity = if meta.manifest_first == 0 {
+            manifest_capacity(page_size as usize)
+        } else {
+            manifest_batch_capacity(page_size as usize)
+        };
+        if meta.manifest_runs as usize > capacity {
             return Err(format!(
                 "manifest of {} runs cannot fit a meta page",
                 meta.manifest_runs
@@ -314,6 +355,7 @@ mod tests {
             unreachable_pages: 6,
             manifest_runs: 0,
             manifest_crc: 0,
+            manifest_first: 5,
         };
         let b = m.encode();
         assert_eq!(Meta::decode(&b).unwrap(), m);
@@ -337,11 +379,13 @@ mod manifest_tests {
                 start: 9,
                 pages: 3,
                 overflow: false,
+                txid: 0,
             },
             ManifestRun {
                 start: 40,
                 pages: 17,
                 overflow: true,
+                txid: 0,
             },
         ];
         let page = m.encode_page(&runs, 4096);
@@ -355,5 +399,31 @@ mod manifest_tests {
             assert!(meta.manifest(&torn).is_err(), "flip at {at} not detected");
         }
         assert_eq!(manifest_capacity(4096), 330);
+    }
+
+    #[test]
+    fn a_batch_manifest_round_trips_with_each_runs_txid() {
+        let mut m = Meta::empty(4096);
+        m.txid = 12;
+        m.manifest_first = 9;
+        let runs = vec![
+            ManifestRun {
+                start: 9,
+                pages: 2,
+                overflow: false,
+                txid: 9,
+            },
+            ManifestRun {
+                start: 30,
+                pages: 5,
+                overflow: true,
+                txid: 12,
+            },
+        ];
+        let page = m.encode_page(&runs, 4096);
+        let back = Meta::decode(&page).unwrap();
+        assert_eq!(back.manifest_first, 9);
+        assert_eq!(back.manifest(&page).unwrap(), runs);
+        assert_eq!(manifest_batch_capacity(4096), 198);
     }
 }

@@ -477,6 +477,18 @@ fn verify_manifest(
     file.read_exact_at(&mut page, offset)
         .map_err(|e| format!("cannot read meta page: {e}"))?;
     let runs = meta.manifest(&page)?;
+    // The commits whose writes the manifest lists: this one, or (a commit that made earlier
+    // Async commits durable) every one since the last durable meta.
+    let first = match meta.manifest_first {
+        0 => meta.txid,
+        f if f <= meta.txid => f,
+        f => {
+            return Err(format!(
+                "manifest starts at txid {f}, after its meta {}",
+                meta.txid
+            ))
+        }
+    };
     let torn = |p: u64, why: &str| {
         format!(
             "commit {} did not fully reach the disk: page {p} {why}",
@@ -497,8 +509,11 @@ fn verify_manifest(
             let mut bytes = vec![0u8; (n * ps) as usize];
             file.read_exact_at(&mut bytes, p * ps)
                 .map_err(|e| format!("cannot read page {p}: {e}"))?;
+            // Exactly the write listed: an older version of a page reused within the listed
+            // commits is whole and carries a txid in range, so the range alone is not enough.
+            let want = if r.txid == 0 { meta.txid } else { r.txid };
             match PageHeader::read(&bytes[..PAGE_HEADER_SIZE]) {
-                Some(h) if h.txid == meta.txid => {}
+                Some(h) if h.txid == want && want >= first && want <= meta.txid => {}
                 _ => return Err(torn(p, "does not hold this commit's write")),
             }
             if stored_checksum(&bytes) != run_checksum(&bytes) {
