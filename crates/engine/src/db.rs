@@ -77,6 +77,13 @@ pub(crate) struct Inner {
     pub opened: OpenedMetas,
     /// Replaced by a compacted file: writers that waited for its lock must start over.
     pub retired: AtomicBool,
+    /// Writers waiting for the writer lock (a Sync commit with company joins a group).
+    pub waiting_writers: AtomicUsize,
+    /// The writer's durable txid, for group-commit followers (who do not hold the lock).
+    pub durable_txid: std::sync::atomic::AtomicU64,
+    /// Followers wait here for a durable txid that covers their commit.
+    pub group: Mutex<()>,
+    pub group_synced: parking_lot::Condvar,
 }
 
 /// What every clone of a `Db` shares.
@@ -260,6 +267,10 @@ impl Db {
             opts,
             opened,
             retired: AtomicBool::new(false),
+            waiting_writers: AtomicUsize::new(0),
+            durable_txid: std::sync::atomic::AtomicU64::new(meta.txid),
+            group: Mutex::new(()),
+            group_synced: parking_lot::Condvar::new(),
         };
         Ok(inner)
     }
@@ -365,6 +376,49 @@ impl Inner {
         let step = (want / 8).clamp(256 << 10, 256 << 20);
         if self.pager.file_len() > want + 2 * step {
             let _ = self.pager.truncate((want + step).div_ceil(ps));
+        }
+    }
+
+    /// The writer made `txid` durable: wake group-commit followers it covers.
+    pub(crate) fn note_durable(&self, txid: TxId) {
+        if self.durable_txid.load(Ordering::Acquire) >= txid {
+            return;
+        }
+        self.durable_txid.store(txid, Ordering::Release);
+        let _g = self.group.lock();
+        self.group_synced.notify_all();
+    }
+
+    /// A group-commit follower: return once commit `txid` is durable. A later writer's sync
+    /// normally covers it; if none is coming (nobody holds or waits for the writer lock), sync
+    /// here. An error if a sync failed meanwhile (the handle is poisoned).
+    pub(crate) fn wait_durable(&self, txid: TxId) -> Result<()> {
+        loop {
+            if self.durable_txid.load(Ordering::Acquire) >= txid {
+                return Ok(());
+            }
+            self.pager.check_writable()?;
+            if self.retired.load(Ordering::Acquire) {
+                // Background compaction copied every commit of this file into its successor
+                // (the last round under the writer lock) and synced it before the switch.
+                return Ok(());
+            }
+            if self.waiting_writers.load(Ordering::Acquire) == 0 {
+                if let Some(mut w) = self.writer.try_lock() {
+                    if self.retired.load(Ordering::Acquire) {
+                        return Ok(());
+                    }
+                    if w.durable < txid {
+                        crate::durability::sync_all(self, &mut w)?;
+                    }
+                    return Ok(());
+                }
+            }
+            let mut g = self.group.lock();
+            if self.durable_txid.load(Ordering::Acquire) < txid {
+                self.group_synced
+                    .wait_for(&mut g, std::time::Duration::from_millis(1));
+            }
         }
     }
 

@@ -95,6 +95,18 @@ impl Batch {
         }
     }
 
+    /// Everything but the last recorded commit became durable: list only what it added.
+    fn keep_last(&mut self) {
+        let last: BTreeMap<_, _> = self
+            .last_added
+            .iter()
+            .filter_map(|p| self.objects.get(p).map(|&v| (*p, v)))
+            .collect();
+        self.objects = last;
+        self.last_added.clear();
+        self.last_removed.clear();
+    }
+
     /// The manifest: adjacent node pages as one run, each overflow run on its own.
     fn runs(&self) -> Vec<ManifestRun> {
         Self::runs_of(&self.objects)
@@ -177,7 +189,7 @@ pub(crate) fn commit_meta(
     d: Durability,
     freed: &[(PageId, u64)],
     manifest: &[ManifestRun],
-) -> Result<()> {
+) -> Result<bool> {
     let capacity = larch_pager::manifest_capacity(db.pager.page_size());
     w.batch.record(freed, manifest, capacity);
     let r = finish(db, w, prev, meta, d);
@@ -188,10 +200,22 @@ pub(crate) fn commit_meta(
     r
 }
 
-fn finish(db: &Inner, w: &mut WriterState, prev: Meta, meta: Meta, d: Durability) -> Result<()> {
+/// Returns true when a Sync commit was left to a later sync (group commit, below): the caller
+/// must wait for it to be durable.
+fn finish(db: &Inner, w: &mut WriterState, prev: Meta, meta: Meta, d: Durability) -> Result<bool> {
+    let mut deferred = false;
     match d {
         Durability::Sync if one_fsync_possible(db, w, meta.txid) => {
             write_listed_meta(db, w, meta)?;
+        }
+        Durability::Sync if db.opts.group_commit && two_step_possible(db, w, prev, meta.txid) => {
+            // `meta` would overwrite the durable meta's slot. Make the commit before it
+            // durable with one fdatasync (its meta takes the other slot; the sync covers this
+            // commit's pages too), and leave this one to the next sync, as a group-commit
+            // follower: under load that is the next group's, so no sync is spent on parity.
+            write_listed_prev(db, w, prev)?;
+            w.batch.keep_last();
+            deferred = true;
         }
         Durability::Sync if two_step_possible(db, w, prev, meta.txid) => {
             write_listed_prev_then(db, w, prev, meta)?;
@@ -215,7 +239,8 @@ fn finish(db: &Inner, w: &mut WriterState, prev: Meta, meta: Meta, d: Durability
     if w.durable == meta.txid {
         w.batch.reset();
     }
-    Ok(())
+    db.note_durable(w.durable);
+    Ok(deferred)
 }
 
 /// One fdatasync can make `txid` durable when recovery can check every page written since the
@@ -260,6 +285,18 @@ fn two_step_possible(db: &Inner, w: &WriterState, prev: Meta, txid: crate::TxId)
 }
 
 fn write_listed_prev_then(db: &Inner, w: &mut WriterState, prev: Meta, meta: Meta) -> Result<()> {
+    write_listed_prev(db, w, prev)?;
+    w.meta_written = w.meta_written.max(meta.txid);
+    db.pager.write_meta(&meta)?;
+    db.pager.sync()?;
+    w.durable = meta.txid;
+    db.trim_file(meta.high_water);
+    Ok(())
+}
+
+/// Meta `prev` listing the batch as it stood after `prev`, then one fdatasync (which also
+/// covers the pages of the commit after it).
+fn write_listed_prev(db: &Inner, w: &mut WriterState, prev: Meta) -> Result<()> {
     let mut p = prev;
     p.manifest_first = if p.txid == w.durable + 1 {
         0
@@ -269,14 +306,8 @@ fn write_listed_prev_then(db: &Inner, w: &mut WriterState, prev: Meta, meta: Met
     let runs = w.batch.runs_before_last();
     w.meta_written = w.meta_written.max(p.txid);
     db.pager.write_meta_with_manifest(&p, &runs)?;
-    // Covers the pages of `meta` too: its meta is then an ordinary two-sync one.
     db.pager.sync()?;
     w.durable = p.txid;
-    w.meta_written = w.meta_written.max(meta.txid);
-    db.pager.write_meta(&meta)?;
-    db.pager.sync()?;
-    w.durable = meta.txid;
-    db.trim_file(meta.high_water);
     Ok(())
 }
 
@@ -300,6 +331,12 @@ fn write_listed_meta(db: &Inner, w: &mut WriterState, meta: Meta) -> Result<()> 
 
 /// Make the newest commit durable (`Db::sync`, close).
 pub(crate) fn sync_all(db: &Inner, w: &mut WriterState) -> Result<()> {
+    let r = sync_all_inner(db, w);
+    db.note_durable(w.durable);
+    r
+}
+
+fn sync_all_inner(db: &Inner, w: &mut WriterState) -> Result<()> {
     if w.committed.txid == w.durable {
         return Ok(());
     }

@@ -67,6 +67,7 @@ pub struct Options {
     pub(crate) compaction_threshold: Option<f64>,
     pub(crate) compaction_min_bytes: u64,
     pub(crate) one_fsync: bool,
+    pub(crate) group_commit: bool,
 }
 
 impl Default for Options {
@@ -83,6 +84,7 @@ impl Default for Options {
             compaction_threshold: None,
             compaction_min_bytes: 4 << 20,
             one_fsync: true,
+            group_commit: true,
         }
     }
 }
@@ -153,6 +155,15 @@ impl Options {
     /// commit not yet durable, uses the two-sync protocol either way.
     pub fn one_fsync_commit(mut self, on: bool) -> Self {
         self.one_fsync = on;
+        self
+    }
+    /// Group commit (the default): a `Sync` commit made while other writers wait for the
+    /// writer lock does not sync on its own; it is written like an `Async` one, and returns
+    /// once a later commit's (or its own, if none comes) fdatasync has made it durable. One
+    /// fdatasync then covers the whole group (docs/format.md, "Group commit"). `false`: every
+    /// `Sync` commit syncs before it releases the writer lock.
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.group_commit = on;
         self
     }
     /// Smallest file that threshold compaction considers (default 4 MiB).

@@ -111,7 +111,9 @@ impl<'db> WriteTx<'db> {
         let (db, mut w) = loop {
             let db = handle.core();
             db.pager.check_writable()?;
+            db.waiting_writers.fetch_add(1, Ordering::AcqRel);
             let w = db.writer.lock_arc();
+            db.waiting_writers.fetch_sub(1, Ordering::AcqRel);
             if !db.retired.load(Ordering::Acquire) {
                 break (db, w);
             }
@@ -395,6 +397,14 @@ impl<'db> WriteTx<'db> {
 
     /// Make the transaction's changes visible and, per its durability, durable.
     pub fn commit(mut self) -> Result<()> {
+        // Group commit: with other writers waiting, a Sync commit is written like an Async
+        // one and made durable by the group's sync, after the writer lock is released.
+        let follow = self.durability == Durability::Sync
+            && self.db.opts.group_commit
+            && self.db.waiting_writers.load(Ordering::Acquire) > 0;
+        if follow {
+            self.durability = Durability::Async;
+        }
         let r = self.commit_inner();
         if r.is_err() {
             self.rollback();
@@ -403,10 +413,19 @@ impl<'db> WriteTx<'db> {
         if r.is_ok() {
             crate::autocompact::maybe_start(&self.handle, &self.db, &mut self.w);
         }
-        r
+        match r {
+            Ok(deferred) if follow || deferred => {
+                let (db, txid) = (self.db.clone(), self.txid);
+                drop(self);
+                db.wait_durable(txid)
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
-    fn commit_inner(&mut self) -> Result<()> {
+    /// Ok(true): a Sync commit left to a later sync (the caller waits for it).
+    fn commit_inner(&mut self) -> Result<bool> {
         self.db.pager.check_writable()?;
         // 1. Store changed tree roots in the catalog.
         for i in 2..self.trees.len() {
@@ -450,7 +469,7 @@ impl<'db> WriteTx<'db> {
                 _ => None,
             })
             .collect();
-        crate::durability::commit_meta(
+        let deferred = crate::durability::commit_meta(
             &self.db,
             &mut self.w,
             prev,
@@ -462,7 +481,7 @@ impl<'db> WriteTx<'db> {
         // 5. Publish.
         self.undo.clear();
         self.db.publish(meta);
-        Ok(())
+        Ok(deferred)
     }
 
     /// Lower the high-water mark over a run of reusable pages at the end of the file. Only
