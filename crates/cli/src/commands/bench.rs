@@ -61,10 +61,10 @@ pub struct BenchArgs {
     /// Free-space policy.
     #[arg(long, value_name = "POLICY", default_value = "append-run", value_parser = crate::policy_parser())]
     pub policy: Policy,
-    /// Page size of the new file.
     /// Make Sync commits durable with two fdatasyncs (pages, then meta) instead of one.
     #[arg(long)]
     pub two_fsync: bool,
+    /// Page size of the new file.
     #[arg(long, value_name = "BYTES", default_value_t = 4096, value_parser = crate::parse_page_size)]
     pub page_size: usize,
     /// Seed of the shuffles for rnd orders.
