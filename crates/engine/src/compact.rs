@@ -133,14 +133,14 @@ fn load_tree<'v>(
     let mut built: Vec<Built> = Vec::with_capacity(leaves as usize);
     let mut node = Node::empty(0, true, role);
     let finish = |w: &mut Writer<'_>, node: &mut Node, built: &mut Vec<Built>| -> Result<()> {
-        if node.keys.is_empty() {
+        if node.is_empty() {
             return Ok(());
         }
         let page = w.node(node)?;
         built.push(Built {
             page,
-            first: node.keys[0].clone(),
-            last: node.keys[node.keys.len() - 1].clone(),
+            first: node.key(0).to_vec(),
+            last: node.last_key().to_vec(),
         });
         *node = Node::empty(0, true, role);
         Ok(())
@@ -148,7 +148,7 @@ fn load_tree<'v>(
     let mut total = 0u64;
     while let Some((k, v)) = entries()? {
         let val = if limits.inline(k.len(), v.len()) {
-            Val::Inline(v.to_vec())
+            Val::Inline(v)
         } else {
             let at = next_overflow;
             next_overflow += limits.overflow_pages(v.len() as u64);
@@ -164,8 +164,7 @@ fn load_tree<'v>(
             finish(w, &mut node, &mut built)?;
         }
         node.size += size;
-        node.keys.push(k.to_vec());
-        node.vals.push(val);
+        node.push(k, val);
         total += 1;
     }
     finish(w, &mut node, &mut built)?;
@@ -186,13 +185,13 @@ fn load_tree<'v>(
         let mut first: Vec<u8> = Vec::new();
         let mut prev_last: Vec<u8> = Vec::new();
         for child in built.iter() {
-            let sep = if node.keys.is_empty() {
+            let sep = if node.is_empty() {
                 Vec::new()
             } else {
                 crate::mutate::separator(&prev_last, &child.first)
             };
             let size = Node::branch_entry_size(&sep);
-            if !node.keys.is_empty() && node.size + size > limits.capacity {
+            if !node.is_empty() && node.size + size > limits.capacity {
                 let page = w.node(&node)?;
                 level.push(Built {
                     page,
@@ -201,13 +200,13 @@ fn load_tree<'v>(
                 });
                 node = Node::empty(0, false, role);
             }
-            if node.keys.is_empty() {
+            if node.is_empty() {
                 first = child.first.clone();
-                node.keys.push(Vec::new());
+                node.push(&[], Val::Inline(&[]));
                 node.size += Node::branch_entry_size(&[]);
             } else {
                 node.size += Node::branch_entry_size(&sep);
-                node.keys.push(sep);
+                node.push(&sep, Val::Inline(&[]));
             }
             node.kids.push(Child::Page(child.page));
             prev_last = child.last.clone();

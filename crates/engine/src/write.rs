@@ -17,7 +17,7 @@ use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
 use crate::db::{Db, Handle, Inner, Snapshot, WriterState};
 use crate::error::{Error, Result};
-use crate::node::{Child, Limits, Node, Val};
+use crate::node::{Child, Limits, Node};
 use crate::options::Durability;
 use crate::view::View;
 use crate::{PageId, TxId};
@@ -534,20 +534,12 @@ impl<'db> WriteTx<'db> {
             start = end;
         }
         for &i in &order {
-            for v in &self.nodes[i].vals {
-                if let Val::Overflow {
-                    page,
-                    len,
-                    fresh: true,
-                } = *v
-                {
-                    let pages = self.limits.overflow_pages(len) as u32;
-                    manifest.push(ManifestRun {
-                        start: page,
-                        pages,
-                        overflow: true,
-                    });
-                }
+            for r in self.nodes[i].runs().filter(|r| r.fresh) {
+                manifest.push(ManifestRun {
+                    start: r.page,
+                    pages: self.limits.overflow_pages(r.len) as u32,
+                    overflow: true,
+                });
             }
         }
         if manifest.len() > larch_pager::manifest_capacity(ps) {
