@@ -50,9 +50,10 @@ impl WriteTx<'_> {
             Child::Page(p) => {
                 let base = Arc::clone(&self.base);
                 let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
-                let mut node = Node::decode(&view.node(p, role)?, 0, role)?;
+                let page = view.node(p, role)?;
+                let mut node = Node::decode(&page, 0, role)?;
                 node.page = self.alloc(1);
-                self.free_committed(p, 1);
+                self.free_written(p, 1, page.txid());
                 self.nodes.push(node);
                 Ok(self.nodes.len() - 1)
             }

@@ -574,65 +574,84 @@ impl Node {
     /// Decode a committed page into an editable node that will be written to `new_page`.
     /// The page is copied whole into the arena (one copy, not one per entry); its entries
     /// point at their keys and values inside it, and the headers around them count as dead.
+    /// A cell that does not fit the page is an error, as when reading it in place.
     pub fn decode(page: &NodePage<'_>, new_page: PageId, role: PageRole) -> Result<Node> {
         let mut n = Node::empty(new_page, page.leaf, role);
         n.ents.reserve(page.count + 1);
         // Room for a few more entries before the arena grows.
         n.bytes.reserve(page.bytes.len() + page.bytes.len() / 2);
         n.bytes.extend_from_slice(page.bytes);
-        let base = page.bytes.as_ptr() as usize;
-        let at = |k: &[u8]| (k.as_ptr() as usize - base) as u32;
+        // One pass over the slots with the same checks as `NodePage::entry` and `child`.
+        let b = page.bytes;
+        let first_cell = PAGE_HEADER_SIZE + page.count * SLOT;
+        let hdr = if page.leaf { LEAF_CELL } else { BRANCH_CELL };
         let mut held = 0;
-        if page.leaf {
-            for i in 0..page.count {
-                let (k, v) = page.entry(i)?;
-                let e = match v {
-                    // The value follows the key in the cell.
-                    ValRef::Inline(b) => Ent {
-                        at: at(k),
-                        klen: k.len() as u16,
-                        vlen: b.len() as u32,
-                        run: None,
-                    },
-                    ValRef::Overflow { page, len } => Ent {
-                        at: at(k),
-                        klen: k.len() as u16,
+        if !page.leaf {
+            n.kids.reserve(page.count + 1);
+        }
+        for i in 0..page.count {
+            let off = u16_at(b, PAGE_HEADER_SIZE + i * SLOT)
+                .filter(|&o| o >= first_cell && o < b.len())
+                .ok_or_else(|| {
+                    Error::corrupt(page.id, format!("cell offset {i} out of the page"))
+                })?;
+            let mut klen = u16_at(b, off).ok_or_else(|| page.bad(i))?;
+            if !page.leaf && i == 0 {
+                // Separator 0 is empty whatever the page holds.
+                klen = 0;
+            }
+            let at = off + hdr;
+            if at + klen > b.len() {
+                return Err(page.bad(i));
+            }
+            let e = if page.leaf {
+                let flags = *b.get(off + 2).ok_or_else(|| page.bad(i))?;
+                let vlen = u32_at(b, off + 4).ok_or_else(|| page.bad(i))?;
+                let vs = at + klen;
+                if flags & FLAG_OVERFLOW != 0 {
+                    let first = u64_at(b, vs).ok_or_else(|| page.bad(i))?;
+                    Ent {
+                        at: at as u32,
+                        klen: klen as u16,
                         vlen: 0,
                         run: Some(Run {
-                            page,
-                            len,
+                            page: first,
+                            len: vlen as u64,
                             fresh: false,
                         }),
-                    },
-                };
-                held += e.held();
-                n.ents.push(e);
-            }
-        } else {
-            n.kids.reserve(page.count + 1);
-            for i in 0..page.count {
-                let k = if i == 0 {
-                    &page.bytes[..0]
+                    }
                 } else {
-                    page.key(i)?
-                };
-                n.ents.push(Ent {
-                    at: at(k),
-                    klen: k.len() as u16,
+                    // The value follows the key in the cell.
+                    if vs + vlen as usize > b.len() {
+                        return Err(page.bad(i));
+                    }
+                    Ent {
+                        at: at as u32,
+                        klen: klen as u16,
+                        vlen,
+                        run: None,
+                    }
+                }
+            } else {
+                n.kids
+                    .push(Child::Page(u64_at(b, off + 2).ok_or_else(|| page.bad(i))?));
+                Ent {
+                    at: at as u32,
+                    klen: klen as u16,
                     vlen: 0,
                     run: None,
-                });
-                held += k.len();
-                n.kids.push(Child::Page(page.child(i)?));
-            }
+                }
+            };
+            held += e.held();
+            n.ents.push(e);
         }
         n.dead = n.bytes.len() - held;
         n.recompute_size();
         Ok(n)
     }
 
-    /// Encode into `buf` (one page; the caller zeroes it or not: every byte is written);
-    /// `page_of` gives the page of a dirty child.
+    /// Encode into `buf` (one page, zeroed by the caller: the gap between slots and cells is
+    /// left as it is); `page_of` gives the page of a dirty child.
     pub fn encode(&self, buf: &mut [u8], txid: TxId, page_of: impl Fn(usize) -> PageId) {
         let header = PageHeader {
             page_type: if self.leaf {
@@ -680,8 +699,6 @@ impl Node {
             let slot = PAGE_HEADER_SIZE + i * SLOT;
             buf[slot..slot + 2].copy_from_slice(&(end as u16).to_le_bytes());
         }
-        // The free gap between the slots and the cells.
-        buf[PAGE_HEADER_SIZE + self.ents.len() * SLOT..end].fill(0);
         larch_pager::set_page_checksum(buf);
     }
 }
@@ -734,7 +751,7 @@ mod tests {
         let page = NodePage::parse(9, &buf, PageRole::Data).unwrap();
         let back = Node::decode(&page, 9, PageRole::Data).unwrap();
         assert_eq!(back.size, node.size);
-        let mut again = vec![0xffu8; 4096];
+        let mut again = vec![0u8; 4096];
         back.encode(&mut again, 5, |_| 0);
         assert_eq!(buf, again);
         assert_eq!(back.run(3).map(|r| r.page), Some(77));

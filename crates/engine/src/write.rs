@@ -211,13 +211,19 @@ impl<'db> WriteTx<'db> {
 
     /// Committed pages this transaction no longer reaches: pending until safe.
     pub(crate) fn free_committed(&mut self, p: PageId, n: u64) {
-        // Written after the last durable commit: only readers can reach it (unpinned.rs).
         let written = self
             .base_view()
             .pages(p, 1)
             .ok()
             .and_then(larch_pager::PageHeader::read)
             .map_or(0, |h| h.txid);
+        self.free_written(p, n, written);
+    }
+
+    /// [`WriteTx::free_committed`] of pages whose header (already read) says `written`
+    /// wrote them.
+    pub(crate) fn free_written(&mut self, p: PageId, n: u64, written: TxId) {
+        // Written after the last durable commit: only readers can reach it (unpinned.rs).
         if written > self.w.meta_written.max(self.w.durable) {
             self.w.reader_pinned.add(self.txid, p, n, written);
             self.undo.push(Undo::ReaderFreed(p, n));
