@@ -65,9 +65,7 @@ impl Writer<'_> {
 
     fn node(&mut self, n: &Node) -> Result<PageId> {
         let ps = self.limits.page_size;
-        let at = self.buf.len();
-        self.buf.resize(at + ps, 0);
-        n.encode(&mut self.buf[at..], COPY_TXID, |_| 0);
+        n.encode(&mut self.buf, ps, COPY_TXID, |_| 0);
         let id = self.next;
         self.next += 1;
         if self.buf.len() >= 256 * ps {

@@ -650,9 +650,17 @@ impl Node {
         Ok(n)
     }
 
-    /// Encode into `buf` (one page, zeroed by the caller: the gap between slots and cells is
-    /// left as it is); `page_of` gives the page of a dirty child.
-    pub fn encode(&self, buf: &mut [u8], txid: TxId, page_of: impl Fn(usize) -> PageId) {
+    /// Append the page this node encodes to (`page_size` bytes) to `out`; `page_of` gives the
+    /// page of a dirty child. The cells are appended from the lowest address up (the last
+    /// entry's cell is lowest), so only the header, slots and free gap are zeroed first.
+    pub fn encode(
+        &self,
+        out: &mut Vec<u8>,
+        page_size: usize,
+        txid: TxId,
+        page_of: impl Fn(usize) -> PageId,
+    ) {
+        let start = out.len();
         let header = PageHeader {
             page_type: if self.leaf {
                 PageType::Leaf
@@ -663,29 +671,48 @@ impl Node {
             count: self.ents.len() as u16,
             txid,
         };
-        header.write(buf);
-        let mut end = buf.len();
-        for (i, e) in self.ents.iter().enumerate() {
-            let key = &self.bytes[e.at as usize..e.at as usize + e.klen as usize];
-            let cell_len = self.entry_size(i) - SLOT;
-            end -= cell_len;
-            let c = &mut buf[end..end + cell_len];
-            c[0..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        // Header, slots and the gap: zeroed, then filled in place; the cells are appended.
+        let mut end = page_size;
+        for i in 0..self.ents.len() {
+            end -= self.entry_size(i) - SLOT;
+        }
+        let slots_end = PAGE_HEADER_SIZE + self.ents.len() * SLOT;
+        debug_assert!(slots_end <= end, "a dirty node outgrew its page");
+        out.resize(start + end.max(slots_end), 0);
+        let head = &mut out[start..];
+        header.write(head);
+        let mut cell = page_size;
+        for i in 0..self.ents.len() {
+            cell -= self.entry_size(i) - SLOT;
+            let slot = PAGE_HEADER_SIZE + i * SLOT;
+            head[slot..slot + SLOT].copy_from_slice(&(cell as u16).to_le_bytes());
+        }
+        for (i, e) in self.ents.iter().enumerate().rev() {
+            let k = e.klen.to_le_bytes();
             if self.leaf {
-                c[3] = 0;
                 match e.run {
                     None => {
-                        c[2] = 0;
-                        c[4..8].copy_from_slice(&e.vlen.to_le_bytes());
+                        let v = e.vlen.to_le_bytes();
+                        out.extend_from_slice(&[k[0], k[1], 0, 0, v[0], v[1], v[2], v[3]]);
                         // Key and value sit together in the arena, as in the cell.
                         let s = e.at as usize;
-                        c[LEAF_CELL..].copy_from_slice(&self.bytes[s..s + e.held()]);
+                        out.extend_from_slice(&self.bytes[s..s + e.held()]);
                     }
                     Some(r) => {
-                        c[LEAF_CELL..LEAF_CELL + key.len()].copy_from_slice(key);
-                        c[2] = FLAG_OVERFLOW;
-                        c[4..8].copy_from_slice(&(r.len as u32).to_le_bytes());
-                        c[LEAF_CELL + key.len()..].copy_from_slice(&r.page.to_le_bytes());
+                        let v = (r.len as u32).to_le_bytes();
+                        out.extend_from_slice(&[
+                            k[0],
+                            k[1],
+                            FLAG_OVERFLOW,
+                            0,
+                            v[0],
+                            v[1],
+                            v[2],
+                            v[3],
+                        ]);
+                        let s = e.at as usize;
+                        out.extend_from_slice(&self.bytes[s..s + e.klen as usize]);
+                        out.extend_from_slice(&r.page.to_le_bytes());
                     }
                 }
             } else {
@@ -693,13 +720,16 @@ impl Node {
                     Child::Page(p) => p,
                     Child::Node(n) => page_of(n),
                 };
-                c[2..10].copy_from_slice(&child.to_le_bytes());
-                c[BRANCH_CELL..].copy_from_slice(key);
+                let c = child.to_le_bytes();
+                out.extend_from_slice(&[
+                    k[0], k[1], c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+                ]);
+                let s = e.at as usize;
+                out.extend_from_slice(&self.bytes[s..s + e.klen as usize]);
             }
-            let slot = PAGE_HEADER_SIZE + i * SLOT;
-            buf[slot..slot + 2].copy_from_slice(&(end as u16).to_le_bytes());
         }
-        larch_pager::set_page_checksum(buf);
+        debug_assert_eq!(out.len(), start + page_size);
+        larch_pager::set_page_checksum(&mut out[start..]);
     }
 }
 
@@ -746,13 +776,14 @@ mod tests {
             },
         );
         node.recompute_size();
-        let mut buf = vec![0u8; 4096];
-        node.encode(&mut buf, 5, |_| 0);
+        let mut buf = Vec::new();
+        node.encode(&mut buf, 4096, 5, |_| 0);
         let page = NodePage::parse(9, &buf, PageRole::Data).unwrap();
         let back = Node::decode(&page, 9, PageRole::Data).unwrap();
         assert_eq!(back.size, node.size);
-        let mut again = vec![0u8; 4096];
-        back.encode(&mut again, 5, |_| 0);
+        let mut again = vec![0xff; 3];
+        back.encode(&mut again, 4096, 5, |_| 0);
+        let again = again.split_off(3);
         assert_eq!(buf, again);
         assert_eq!(back.run(3).map(|r| r.page), Some(77));
     }

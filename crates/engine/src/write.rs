@@ -501,13 +501,11 @@ impl<'db> WriteTx<'db> {
             .filter(|&i| self.nodes[i].live)
             .collect();
         order.sort_unstable_by_key(|&i| self.nodes[i].page);
-        let mut buf = vec![0u8; order.len() * ps];
-        for (slot, &i) in order.iter().enumerate() {
-            let node = &self.nodes[i];
-            let nodes = &self.nodes;
-            node.encode(&mut buf[slot * ps..(slot + 1) * ps], self.txid, |n| {
-                nodes[n].page
-            });
+        // Filled by appending, so the buffer is never zeroed first.
+        let mut buf = Vec::with_capacity(order.len() * ps);
+        let nodes = &self.nodes;
+        for &i in &order {
+            nodes[i].encode(&mut buf, ps, self.txid, |n| nodes[n].page);
         }
         // Write contiguous runs of pages with one vectored call each.
         let mut start = 0;
