@@ -66,9 +66,7 @@ impl Writer<'_> {
 
     fn node(&mut self, n: &Node) -> Result<PageId> {
         let ps = self.limits.page_size;
-        let at = self.buf.len();
-        self.buf.resize(at + ps, 0);
-        n.encode(&mut self.buf[at..], COPY_TXID, |_| 0);
+        n.encode(&mut self.buf, ps, COPY_TXID, |_| 0);
         let id = self.next;
         self.next += 1;
         if self.buf.len() >= 256 * ps {
@@ -134,14 +132,14 @@ fn load_tree<'v>(
     let mut built: Vec<Built> = Vec::with_capacity(leaves as usize);
     let mut node = Node::empty(0, true, role);
     let finish = |w: &mut Writer<'_>, node: &mut Node, built: &mut Vec<Built>| -> Result<()> {
-        if node.keys.is_empty() {
+        if node.is_empty() {
             return Ok(());
         }
         let page = w.node(node)?;
         built.push(Built {
             page,
-            first: node.keys[0].clone(),
-            last: node.keys[node.keys.len() - 1].clone(),
+            first: node.key(0).to_vec(),
+            last: node.last_key().to_vec(),
         });
         *node = Node::empty(0, true, role);
         Ok(())
@@ -149,7 +147,7 @@ fn load_tree<'v>(
     let mut total = 0u64;
     while let Some((k, v)) = entries()? {
         let val = if limits.inline(k.len(), v.len()) {
-            Val::Inline(v.to_vec())
+            Val::Inline(v)
         } else {
             let at = next_overflow;
             next_overflow += limits.overflow_pages(v.len() as u64);
@@ -165,8 +163,7 @@ fn load_tree<'v>(
             finish(w, &mut node, &mut built)?;
         }
         node.size += size;
-        node.keys.push(k.to_vec());
-        node.vals.push(val);
+        node.push(k, val);
         total += 1;
     }
     finish(w, &mut node, &mut built)?;
@@ -187,13 +184,13 @@ fn load_tree<'v>(
         let mut first: Vec<u8> = Vec::new();
         let mut prev_last: Vec<u8> = Vec::new();
         for child in built.iter() {
-            let sep = if node.keys.is_empty() {
+            let sep = if node.is_empty() {
                 Vec::new()
             } else {
                 crate::mutate::separator(&prev_last, &child.first)
             };
             let size = Node::branch_entry_size(&sep);
-            if !node.keys.is_empty() && node.size + size > limits.capacity {
+            if !node.is_empty() && node.size + size > limits.capacity {
                 let page = w.node(&node)?;
                 level.push(Built {
                     page,
@@ -202,13 +199,13 @@ fn load_tree<'v>(
                 });
                 node = Node::empty(0, false, role);
             }
-            if node.keys.is_empty() {
+            if node.is_empty() {
                 first = child.first.clone();
-                node.keys.push(Vec::new());
+                node.push(&[], Val::Inline(&[]));
                 node.size += Node::branch_entry_size(&[]);
             } else {
                 node.size += Node::branch_entry_size(&sep);
-                node.keys.push(sep);
+                node.push(&sep, Val::Inline(&[]));
             }
             node.kids.push(Child::Page(child.page));
             prev_last = child.last.clone();

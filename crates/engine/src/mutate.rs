@@ -9,7 +9,7 @@ use std::sync::Arc;
 use larch_pager::{PageHeader, PageRole, PageType};
 
 use crate::error::{Error, Result};
-use crate::node::{Child, Node, Val, ValRef, OVERFLOW_HEADER};
+use crate::node::{Child, Node, Run, Val, ValRef, OVERFLOW_HEADER};
 use crate::view::{View, MAX_DEPTH};
 use crate::write::WriteTx;
 
@@ -18,12 +18,6 @@ type Split = Option<(Vec<u8>, usize)>;
 
 /// What an insert below a node did: whether the key existed, and how the node split.
 type Inserted = (bool, Split);
-
-/// Keys of a branch node: the child holding `key` (the last separator <= key).
-fn child_index(keys: &[Vec<u8>], key: &[u8]) -> usize {
-    // keys[0] is empty and ignored; count separators 1.. that are <= key.
-    keys[1..].partition_point(|k| k.as_slice() <= key)
-}
 
 /// The shortest key `s` with `left < s <= right` (suffix truncation of leaf separators).
 pub(crate) fn separator(left: &[u8], right: &[u8]) -> Vec<u8> {
@@ -56,9 +50,10 @@ impl WriteTx<'_> {
             Child::Page(p) => {
                 let base = Arc::clone(&self.base);
                 let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
-                let mut node = Node::decode(&view.node(p, role)?, 0, role)?;
+                let page = view.node(p, role)?;
+                let mut node = Node::decode(&page, 0, role)?;
                 node.page = self.alloc(1);
-                self.free_committed(p, 1);
+                self.free_written(p, 1, page.txid());
                 self.nodes.push(node);
                 Ok(self.nodes.len() - 1)
             }
@@ -87,24 +82,24 @@ impl WriteTx<'_> {
                 Child::Node(i) => {
                     let n = &self.nodes[i];
                     if n.leaf {
-                        return match n.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
-                            Ok(j) => match &n.vals[j] {
-                                Val::Inline(v) => Ok(Some(v.as_slice())),
+                        return match n.search(key) {
+                            Ok(j) => match n.val(j) {
+                                Val::Inline(v) => Ok(Some(v)),
                                 Val::Overflow {
                                     page,
                                     len,
                                     fresh: true,
-                                } => self.fresh_view().overflow(*page, *len).map(Some),
+                                } => self.fresh_view().overflow(page, len).map(Some),
                                 Val::Overflow {
                                     page,
                                     len,
                                     fresh: false,
-                                } => self.base_view().overflow(*page, *len).map(Some),
+                                } => self.base_view().overflow(page, len).map(Some),
                             },
                             Err(_) => Ok(None),
                         };
                     }
-                    cur = n.kids[child_index(&n.keys, key)];
+                    cur = n.kids[n.child_index(key)];
                     levels -= 1;
                 }
                 Child::Page(p) => {
@@ -124,7 +119,7 @@ impl WriteTx<'_> {
         self.limits_check(key, value.len())?;
         let role = self.trees[t].role;
         let val = if self.limits.inline(key.len(), value.len()) {
-            Val::Inline(value.to_vec())
+            Val::Inline(value)
         } else {
             self.write_overflow(value)?
         };
@@ -148,31 +143,31 @@ impl WriteTx<'_> {
         Ok(existed)
     }
 
-    fn insert_at(&mut self, id: usize, key: &[u8], val: Val) -> Result<Inserted> {
+    fn insert_at(&mut self, id: usize, key: &[u8], val: Val<'_>) -> Result<Inserted> {
         let existed;
         // Did the new entry land at the end of this node? Then keys are likely arriving in
         // order, and a split should leave the left node full, not half full.
         let mut at_end = false;
         if self.nodes[id].leaf {
             let n = self.node_mut(id);
-            match n.keys.binary_search_by(|k| k.as_slice().cmp(key)) {
+            match n.search(key) {
                 Ok(i) => {
-                    n.size -= Node::leaf_entry_size(key, &n.vals[i]);
+                    n.size -= n.entry_size(i);
                     n.size += Node::leaf_entry_size(key, &val);
-                    let old = std::mem::replace(&mut n.vals[i], val);
-                    self.free_value(&old);
+                    let old = n.run(i);
+                    n.set_val(i, val);
+                    self.free_value(old);
                     existed = true;
                 }
                 Err(i) => {
                     n.size += Node::leaf_entry_size(key, &val);
-                    at_end = i == n.keys.len();
-                    n.keys.insert(i, key.to_vec());
-                    n.vals.insert(i, val);
+                    at_end = i == n.len();
+                    n.insert_entry(i, key, val);
                     existed = false;
                 }
             }
         } else {
-            let i = child_index(&self.nodes[id].keys, key);
+            let i = self.nodes[id].child_index(key);
             let role = self.nodes[id].role;
             let c = self.touch(self.nodes[id].kids[i], role)?;
             self.nodes[id].kids[i] = Child::Node(c);
@@ -182,8 +177,7 @@ impl WriteTx<'_> {
                 let n = self.node_mut(id);
                 n.size += Node::branch_entry_size(&sep);
                 at_end = i + 1 == n.kids.len();
-                n.keys.insert(i + 1, sep);
-                n.kids.insert(i + 1, Child::Node(right));
+                n.insert_child(i + 1, &sep, Child::Node(right));
             }
         }
         if self.nodes[id].size > self.limits.capacity {
@@ -198,7 +192,7 @@ impl WriteTx<'_> {
     fn split(&mut self, id: usize, fill_left: bool) -> (Vec<u8>, usize) {
         let cap = self.limits.capacity;
         let n = &self.nodes[id];
-        let sizes: Vec<usize> = (0..n.keys.len()).map(|i| n.entry_size(i)).collect();
+        let sizes: Vec<usize> = (0..n.len()).map(|i| n.entry_size(i)).collect();
         let total: usize = sizes.iter().sum();
         // Pick the most even split point where both halves fit (one always exists: every
         // entry is at most a third of a page).
@@ -213,7 +207,7 @@ impl WriteTx<'_> {
             let right = if n.leaf {
                 total - left
             } else {
-                total - left - n.keys[at].len()
+                total - left - n.key(at).len()
             };
             if left <= cap && right <= cap {
                 let lopsided = if at < edge || sizes.len() - at < edge {
@@ -235,17 +229,13 @@ impl WriteTx<'_> {
         }
         let page = self.alloc(1);
         let n = &mut self.nodes[id];
-        let mut right = Node::empty(page, n.leaf, n.role);
-        right.keys = n.keys.split_off(best);
+        let mut right = n.split_off(best, page);
         let sep = if n.leaf {
-            right.vals = n.vals.split_off(best);
-            separator(
-                n.keys.last().map(|k| k.as_slice()).unwrap_or(&[]),
-                &right.keys[0],
-            )
+            separator(n.last_key(), right.key(0))
         } else {
-            right.kids = n.kids.split_off(best);
-            std::mem::take(&mut right.keys[0])
+            let sep = right.key(0).to_vec();
+            right.set_key(0, &[]);
+            sep
         };
         n.recompute_size();
         right.recompute_size();
@@ -253,8 +243,8 @@ impl WriteTx<'_> {
         (sep, self.nodes.len() - 1)
     }
 
-    fn free_value(&mut self, v: &Val) {
-        if let Val::Overflow { page, len, fresh } = *v {
+    fn free_value(&mut self, v: Option<Run>) {
+        if let Some(Run { page, len, fresh }) = v {
             let n = self.limits.overflow_pages(len);
             if fresh {
                 self.free_fresh(page, n);
@@ -266,7 +256,7 @@ impl WriteTx<'_> {
 
     /// Write a large value to a new overflow run now (it is unreachable until commit, so
     /// writing early is safe and keeps it out of memory).
-    pub(crate) fn write_overflow(&mut self, value: &[u8]) -> Result<Val> {
+    pub(crate) fn write_overflow(&mut self, value: &[u8]) -> Result<Val<'static>> {
         let len = value.len() as u64;
         let n = self.limits.overflow_pages(len);
         let page = self.alloc(n);
@@ -329,7 +319,7 @@ impl WriteTx<'_> {
                 self.trees[t].depth -= 1;
                 continue;
             }
-            if n.keys.is_empty() {
+            if n.is_empty() {
                 self.nodes[idx].live = false;
                 self.free_fresh(page, 1);
                 self.trees[t].root = None;
@@ -345,7 +335,8 @@ impl WriteTx<'_> {
         let role = self.trees[t].role;
         let page = self.alloc(1);
         let mut n = Node::empty(page, false, role);
-        n.keys = vec![Vec::new(), sep];
+        n.push(&[], Val::Inline(&[]));
+        n.push(&sep, Val::Inline(&[]));
         n.kids = vec![Child::Node(left), Child::Node(right)];
         n.recompute_size();
         self.nodes.push(n);
@@ -359,16 +350,16 @@ impl WriteTx<'_> {
     fn remove_at(&mut self, id: usize, key: &[u8]) -> Result<Option<Split>> {
         if self.nodes[id].leaf {
             let n = self.node_mut(id);
-            let Ok(i) = n.keys.binary_search_by(|k| k.as_slice().cmp(key)) else {
+            let Ok(i) = n.search(key) else {
                 return Ok(None);
             };
-            n.size -= Node::leaf_entry_size(key, &n.vals[i]);
-            n.keys.remove(i);
-            let old = n.vals.remove(i);
-            self.free_value(&old);
+            n.size -= n.entry_size(i);
+            let old = n.run(i);
+            n.remove(i);
+            self.free_value(old);
             return Ok(Some(None));
         }
-        let i = child_index(&self.nodes[id].keys, key);
+        let i = self.nodes[id].child_index(key);
         let role = self.nodes[id].role;
         let c = self.touch(self.nodes[id].kids[i], role)?;
         self.nodes[id].kids[i] = Child::Node(c);
@@ -378,10 +369,9 @@ impl WriteTx<'_> {
         if let Some((sep, right)) = split {
             let n = self.node_mut(id);
             n.size += Node::branch_entry_size(&sep);
-            n.keys.insert(i + 1, sep);
-            n.kids.insert(i + 1, Child::Node(right));
+            n.insert_child(i + 1, &sep, Child::Node(right));
         }
-        if self.nodes[c].keys.is_empty() {
+        if self.nodes[c].is_empty() {
             // An empty child goes: its page is freed and its separator dropped.
             self.drop_child(id, i);
         } else if self.nodes[c].size < self.limits.capacity / 2 && self.nodes[id].kids.len() > 1 {
@@ -405,11 +395,11 @@ impl WriteTx<'_> {
         p.kids.remove(i);
         // Child 0 has no separator of its own: the next child's becomes the (empty) first.
         let k = if i == 0 { 1 } else { i };
-        if k < p.keys.len() {
-            p.keys.remove(k);
+        if k < p.len() {
+            p.remove_key(k);
         }
-        if let Some(first) = p.keys.first_mut() {
-            first.clear();
+        if !p.is_empty() {
+            p.set_key(0, &[]);
         }
         p.recompute_size();
     }
@@ -423,28 +413,25 @@ impl WriteTx<'_> {
         self.nodes[parent].kids[li] = Child::Node(l);
         let r = self.touch(self.nodes[parent].kids[ri], role)?;
         self.nodes[parent].kids[ri] = Child::Node(r);
-        let sep = self.nodes[parent].keys[ri].clone();
+        let sep = self.nodes[parent].key(ri).to_vec();
         let leaf = self.nodes[l].leaf;
         // Gather both nodes into one sequence (a branch's right half gets the parent
         // separator as its first key).
         let mut right = std::mem::replace(&mut self.nodes[r], Node::empty(0, leaf, role));
         let right_page = right.page;
         if !leaf {
-            right.keys[0] = sep;
+            right.set_key(0, &sep);
         }
         let ln = &mut self.nodes[l];
-        ln.keys.append(&mut right.keys);
-        ln.vals.append(&mut right.vals);
-        ln.kids.append(&mut right.kids);
+        ln.append(&mut right);
         ln.recompute_size();
         if ln.size <= self.limits.capacity {
             // Merge: the right node disappears.
             self.nodes[r].live = false;
             self.free_fresh(right_page, 1);
             let p = self.node_mut(parent);
-            p.size -= Node::branch_entry_size(&p.keys[ri]);
-            p.keys.remove(ri);
-            p.kids.remove(ri);
+            p.size -= p.entry_size(ri);
+            p.remove(ri);
             return Ok(());
         }
         // Redistribute: split the combined node again at its most even point.
@@ -456,9 +443,9 @@ impl WriteTx<'_> {
         self.nodes.swap(r, tmp);
         self.nodes[tmp].live = false;
         let p = self.node_mut(parent);
-        p.size -= Node::branch_entry_size(&p.keys[ri]);
+        p.size -= p.entry_size(ri);
         p.size += Node::branch_entry_size(&new_sep);
-        p.keys[ri] = new_sep;
+        p.set_key(ri, &new_sep);
         Ok(())
     }
 
@@ -481,8 +468,8 @@ impl WriteTx<'_> {
                     let n = self.nodes[i].clone();
                     self.nodes[i].live = false;
                     if n.leaf {
-                        for v in &n.vals {
-                            self.free_value(v);
+                        for r in n.runs() {
+                            self.free_value(Some(r));
                         }
                     } else {
                         stack.extend(n.kids.iter().map(|&k| (k, level - 1)));

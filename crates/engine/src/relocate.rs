@@ -16,7 +16,7 @@ use larch_pager::PageRole;
 use crate::compact::{copy_snapshot, CompactReport};
 use crate::db::Db;
 use crate::error::Result;
-use crate::node::{Child, Val};
+use crate::node::{Child, Run};
 use crate::options::Durability;
 use crate::view::View;
 use crate::write::{WriteTx, CATALOG, FREEMAP};
@@ -73,19 +73,19 @@ impl WriteTx<'_> {
                 return Ok(None);
             }
             let id = self.touch(c, role)?;
-            for i in 0..self.nodes[id].vals.len() {
-                if let Val::Overflow {
+            for i in 0..self.nodes[id].len() {
+                if let Some(Run {
                     page: o,
                     len,
                     fresh: false,
-                } = self.nodes[id].vals[i]
+                }) = self.nodes[id].run(i)
                 {
                     let n = self.limits.overflow_pages(len);
                     if o + n > limit {
                         let bytes = view.overflow(o, len)?;
                         let moved = self.write_overflow(bytes)?;
                         self.free_committed(o, n);
-                        self.nodes[id].vals[i] = moved;
+                        self.nodes[id].set_val(i, moved);
                     }
                 }
             }

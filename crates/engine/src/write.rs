@@ -17,7 +17,7 @@ use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
 use crate::db::{Db, Handle, Inner, Snapshot, WriterState};
 use crate::error::{Error, Result};
-use crate::node::{Child, Limits, Node, Val};
+use crate::node::{Child, Limits, Node};
 use crate::options::Durability;
 use crate::view::View;
 use crate::{PageId, TxId};
@@ -216,13 +216,19 @@ impl<'db> WriteTx<'db> {
 
     /// Committed pages this transaction no longer reaches: pending until safe.
     pub(crate) fn free_committed(&mut self, p: PageId, n: u64) {
-        // Written after the last durable commit: only readers can reach it (unpinned.rs).
         let written = self
             .base_view()
             .pages(p, 1)
             .ok()
             .and_then(larch_pager::PageHeader::read)
             .map_or(0, |h| h.txid);
+        self.free_written(p, n, written);
+    }
+
+    /// [`WriteTx::free_committed`] of pages whose header (already read) says `written`
+    /// wrote them.
+    pub(crate) fn free_written(&mut self, p: PageId, n: u64, written: TxId) {
+        // Written after the last durable commit: only readers can reach it (unpinned.rs).
         if written > self.w.meta_written.max(self.w.durable) {
             self.w.reader_pinned.add(self.txid, p, n, written);
             self.undo.push(Undo::ReaderFreed(p, n));
@@ -534,13 +540,11 @@ impl<'db> WriteTx<'db> {
             .filter(|&i| self.nodes[i].live)
             .collect();
         order.sort_unstable_by_key(|&i| self.nodes[i].page);
-        let mut buf = vec![0u8; order.len() * ps];
-        for (slot, &i) in order.iter().enumerate() {
-            let node = &self.nodes[i];
-            let nodes = &self.nodes;
-            node.encode(&mut buf[slot * ps..(slot + 1) * ps], self.txid, |n| {
-                nodes[n].page
-            });
+        // Filled by appending, so the buffer is never zeroed first.
+        let mut buf = Vec::with_capacity(order.len() * ps);
+        let nodes = &self.nodes;
+        for &i in &order {
+            nodes[i].encode(&mut buf, ps, self.txid, |n| nodes[n].page);
         }
         // Write contiguous runs of pages with one vectored call each.
         let mut start = 0;
@@ -574,21 +578,13 @@ impl<'db> WriteTx<'db> {
             start = end;
         }
         for &i in &order {
-            for v in &self.nodes[i].vals {
-                if let Val::Overflow {
-                    page,
-                    len,
-                    fresh: true,
-                } = *v
-                {
-                    let pages = self.limits.overflow_pages(len) as u32;
-                    manifest.push(ManifestRun {
-                        start: page,
-                        pages,
-                        overflow: true,
-                        txid: self.txid,
-                    });
-                }
+            for r in self.nodes[i].runs().filter(|r| r.fresh) {
+                manifest.push(ManifestRun {
+                    start: r.page,
+                    pages: self.limits.overflow_pages(r.len) as u32,
+                    overflow: true,
+                    txid: self.txid,
+                });
             }
         }
         if manifest.len() > larch_pager::manifest_capacity(ps) {

@@ -1,0 +1,77 @@
+//! A deterministic write workload for counting instructions (docs/performance-write.md):
+//! the harness's `load` (hashed keys, 1,000 inserts per commit, Async, one sync) and then
+//! `owa` (one random existing key overwritten per commit, Async), without threads or timers.
+//!
+//! ```text
+//! valgrind --tool=callgrind --toggle-collect='*write_cost::owa*' \
+//!     target/release/examples/write_cost 20000 2000
+//! ```
+//! Arguments: documents (default 20000), owa commits (default 2000).
+
+use larch_engine::{Db, Durability, Options, Policy};
+
+const BATCH: u64 = 1000;
+const VALUE: [u8; 256] = [7; 256];
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The harness's 16-byte key of document `i`.
+fn key(i: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&mix64(i).to_be_bytes());
+    k[8..].copy_from_slice(&mix64(i.wrapping_add(0x9e37_79b9_7f4a_7c15)).to_be_bytes());
+    k
+}
+
+#[inline(never)]
+fn load(db: &Db, docs: u64) -> larch_engine::Result<()> {
+    let mut next = 1;
+    while next <= docs {
+        let mut tx = db.begin_write()?;
+        tx.set_durability(Durability::Async);
+        {
+            let mut t = tx.open_tree("t")?;
+            for i in next..(next + BATCH).min(docs + 1) {
+                t.insert(&key(i), &VALUE)?;
+            }
+        }
+        tx.commit()?;
+        next += BATCH;
+    }
+    db.sync()
+}
+
+#[inline(never)]
+fn owa(db: &Db, docs: u64, commits: u64) -> larch_engine::Result<()> {
+    let mut r = 1u64;
+    for _ in 0..commits {
+        r = mix64(r);
+        let mut tx = db.begin_write()?;
+        tx.set_durability(Durability::Async);
+        tx.open_tree("t")?.insert(&key(1 + r % docs), &VALUE)?;
+        tx.commit()?;
+    }
+    db.sync()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>().ok());
+    let docs = args.next().flatten().unwrap_or(20_000);
+    let commits = args.next().flatten().unwrap_or(2_000);
+    let dir = tempfile::tempdir()?;
+    let opts = Options::default()
+        .policy(Policy::FirstFit)
+        .durability(Durability::Sync);
+    let db = Db::open(dir.path().join("w.larch"), opts)?;
+    load(&db, docs)?;
+    owa(&db, docs, commits)?;
+    let rx = db.begin_read()?;
+    let n = rx.open_tree("t")?.len()?;
+    assert_eq!(n, docs);
+    println!("{docs} documents loaded, {commits} one-key commits");
+    Ok(())
+}
