@@ -66,6 +66,7 @@ mod mutate;
 mod node;
 mod options;
 mod read;
+mod readers;
 mod relocate;
 mod stats;
 mod unpinned;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use larch_pager::{PageRole, TreeRoot};
 
 use crate::cursor::Range;
-use crate::db::{Inner, Snapshot};
+use crate::db::Inner;
 use crate::error::{Error, Result};
+use crate::readers::ReadSnap;
 use crate::view::View;
 use crate::TxId;
 
@@ -15,13 +16,14 @@ use crate::TxId;
 /// many commits follow. Holds its pages from reuse until dropped.
 #[derive(Debug)]
 pub struct ReadTx {
-    inner: Arc<Inner>,
-    snap: Arc<Snapshot>,
+    snap: Arc<ReadSnap>,
+    /// The reader-table shard it is registered in.
+    shard: usize,
 }
 
 impl ReadTx {
-    pub(crate) fn new(inner: Arc<Inner>, snap: Arc<Snapshot>) -> ReadTx {
-        ReadTx { inner, snap }
+    pub(crate) fn new(snap: Arc<ReadSnap>, shard: usize) -> ReadTx {
+        ReadTx { snap, shard }
     }
 
     /// The commit this snapshot shows.
@@ -31,7 +33,7 @@ impl ReadTx {
 
     /// The file this snapshot reads.
     pub(crate) fn core(&self) -> &Arc<Inner> {
-        &self.inner
+        &self.snap.inner
     }
 
     pub(crate) fn meta(&self) -> larch_pager::Meta {
@@ -42,7 +44,7 @@ impl ReadTx {
         View::new(
             &self.snap.map,
             &self.snap.meta,
-            self.inner.opts.verify_checksums,
+            self.snap.inner.opts.verify_checksums,
         )
     }
 
@@ -78,7 +80,7 @@ impl ReadTx {
 
 impl Drop for ReadTx {
     fn drop(&mut self) {
-        self.inner.end_read(self.snap.meta.txid);
+        self.snap.inner.end_read(self.shard, self.snap.meta.txid);
     }
 }
 
