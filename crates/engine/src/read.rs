@@ -51,6 +51,12 @@ impl ReadTx {
     /// Open a tree for reading; an error if it does not exist.
     pub fn open_tree(&self, name: &str) -> Result<ReadTree<'_>> {
         let view = self.view();
+        let cached = self.snap.first_tree.get();
+        if let Some((n, root)) = cached {
+            if **n == *name {
+                return Ok(ReadTree { view, root: *root });
+            }
+        }
         let v = view
             .get(&self.snap.meta.catalog, PageRole::Catalog, name.as_bytes())?
             .ok_or_else(|| Error::TreeNotFound(name.to_string()))?;
@@ -60,6 +66,9 @@ impl ReadTx {
                 format!("catalog entry {name:?} is short"),
             )
         })?;
+        if cached.is_none() {
+            let _ = self.snap.first_tree.set((name.into(), root));
+        }
         Ok(ReadTree { view, root })
     }
 

@@ -25,11 +25,11 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use larch_pager::{Map, Meta};
+use larch_pager::{Map, Meta, TreeRoot};
 
 use crate::db::{Handle, Inner, Snapshot};
 use crate::error::Result;
@@ -195,6 +195,9 @@ pub(crate) struct ReadSnap {
     pub meta: Meta,
     /// The map to read it through.
     pub map: Arc<Map>,
+    /// The first tree opened in this snapshot and its root: a snapshot never changes, so
+    /// the catalog lookup of each later `open_tree` of that name can be skipped.
+    pub first_tree: OnceLock<(Box<str>, TreeRoot)>,
 }
 
 impl ReadSnap {
@@ -203,6 +206,7 @@ impl ReadSnap {
             inner,
             meta: snap.meta,
             map: snap.map.clone(),
+            first_tree: OnceLock::new(),
         }
     }
 }
