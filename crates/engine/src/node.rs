@@ -213,6 +213,48 @@ impl<'a> NodePage<'a> {
     /// Key and value of leaf entry `i`.
     #[inline]
     pub fn entry(&self, i: usize) -> Result<(&'a [u8], ValRef<'a>)> {
+        match self.entry_in_page(i) {
+            Some(e) => Ok(e),
+            None => Err(self.entry_error(i)),
+        }
+    }
+
+    /// Leaf entry `i`, or None if any part of it lies outside the page: the checks of
+    /// `entry_checked`, one branch each (range scans call it per entry).
+    #[inline(always)]
+    fn entry_in_page(&self, i: usize) -> Option<(&'a [u8], ValRef<'a>)> {
+        let b = self.bytes;
+        let off = u16::from_le_bytes(*b.get(PAGE_HEADER_SIZE + i * SLOT..)?.first_chunk()?);
+        let off = off as usize;
+        if off < PAGE_HEADER_SIZE + self.count * SLOT {
+            return None;
+        }
+        let (head, rest) = b.get(off..)?.split_first_chunk::<LEAF_CELL>()?;
+        let klen = u16::from_le_bytes([head[0], head[1]]) as usize;
+        let flags = head[2];
+        let vlen = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let (key, rest) = rest.split_at_checked(klen)?;
+        let val = if flags & FLAG_OVERFLOW != 0 {
+            ValRef::Overflow {
+                page: u64::from_le_bytes(*rest.first_chunk()?),
+                len: vlen as u64,
+            }
+        } else {
+            ValRef::Inline(rest.get(..vlen as usize)?)
+        };
+        Some((key, val))
+    }
+
+    #[cold]
+    fn entry_error(&self, i: usize) -> Error {
+        match self.entry_checked(i) {
+            Err(e) => e,
+            Ok(_) => self.bad(i),
+        }
+    }
+
+    /// `entry`, one field at a time, for the error that names what is wrong.
+    fn entry_checked(&self, i: usize) -> Result<(&'a [u8], ValRef<'a>)> {
         let off = self.cell(i)?;
         let b = self.bytes;
         let klen = u16_at(b, off).ok_or_else(|| self.bad(i))?;
