@@ -5,7 +5,7 @@ use std::ops::Bound;
 use larch_pager::{PageRole, TreeRoot};
 
 use crate::error::{Error, Result};
-use crate::node::NodePage;
+use crate::node::{NodePage, ValRef};
 use crate::view::{View, MAX_DEPTH};
 
 /// A position in a tree: the path of (page, index) from the root to a leaf entry.
@@ -99,6 +99,19 @@ impl<'a> Cursor<'a> {
             id = p.child(i)?;
             self.stack.push((p, i));
         }
+    }
+
+    /// Move to the next entry if it is in the same leaf, and return it; None (not moved)
+    /// otherwise, or if that entry is damaged (`next` then reports it).
+    #[inline]
+    fn next_in_leaf(&mut self) -> Option<(&'a [u8], ValRef<'a>)> {
+        let (page, idx) = self.stack.last_mut()?;
+        if !page.leaf || *idx + 1 >= page.count {
+            return None;
+        }
+        let e = page.entry(*idx + 1).ok()?;
+        *idx += 1;
+        Some(e)
     }
 
     /// Move to the next entry; false when past the last.
@@ -268,6 +281,7 @@ impl<'a> Range<'a> {
         }
     }
 
+    #[inline]
     fn below_end(&self, k: &[u8]) -> bool {
         let in_bound = match &self.end {
             Bound::Included(e) => k <= e.as_slice(),
@@ -277,6 +291,7 @@ impl<'a> Range<'a> {
         in_bound && self.back_key.is_none_or(|b| k < b)
     }
 
+    #[inline]
     fn above_start(&self, k: &[u8]) -> bool {
         let in_bound = match &self.start {
             Bound::Included(s) => k >= s.as_slice(),
@@ -287,6 +302,15 @@ impl<'a> Range<'a> {
     }
 
     fn step_front(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
+        // Most steps stay in the current leaf: no climb, no re-parse of the page.
+        if let Some((k, v)) = self.front.as_mut().and_then(Cursor::next_in_leaf) {
+            let v = self.view.value(v)?;
+            if !self.below_end(k) {
+                return Ok(None);
+            }
+            self.front_key = Some(k);
+            return Ok(Some((k, v)));
+        }
         let moved = match self.front.as_mut() {
             Some(c) => c.next(&self.view, self.role)?,
             None => {
