@@ -281,7 +281,8 @@ impl<'a> Range<'a> {
         }
     }
 
-    #[inline]
+    /// Called per entry of a forward scan: inlined so an unbounded end costs two tests.
+    #[inline(always)]
     fn below_end(&self, k: &[u8]) -> bool {
         let in_bound = match &self.end {
             Bound::Included(e) => k <= e.as_slice(),
