@@ -4,8 +4,9 @@
 //! LMDB gives each thread a reader slot; a reader writes its txid into its slot and re-checks
 //! the meta, and the writer scans every slot for the oldest txid. Here the slots are
 //! [`SHARDS`] cache-line-padded shards, each a small mutex over reader counts per txid; a thread
-//! always uses the same shard ([`shard_index`]), so with fewer threads than shards no two
-//! threads share a lock or a cache line and the mutexes never park.
+//! always uses the same shard ([`shard_index`]) and the first [`SHARDS`] threads to read each
+//! get their own, so reading threads share no lock and no cache line and the mutexes do not
+//! park.
 //!
 //! ## Why the writer never misses a reader (invariant 1 of docs/format.md)
 //!
@@ -37,7 +38,7 @@ use crate::TxId;
 
 /// Shards of the reader table. More than the threads that read at once on this class of
 /// machine, so each reading thread has its own; the writer locks all of them once per
-/// transaction (well under a microsecond uncontended).
+/// transaction (32 uncontended lock/unlock pairs, around a microsecond: small beside a commit).
 pub(crate) const SHARDS: usize = 32;
 
 /// Keeps each shard on its own cache lines (128 bytes: adjacent-line prefetch pairs lines).
