@@ -276,6 +276,8 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
     let after = inner.pager.file_len();
     *h.core.write() = inner;
     old.retired.store(true, Ordering::Release);
+    // Cached snapshots of the old file would keep it open; new reads go to the new one.
+    h.snapshots.clear();
     drop(w);
     Ok(CompactReport {
         before_bytes: before,

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use larch_pager::{PageRole, TreeRoot};
 
 use crate::error::{Error, Result};
-use crate::node::NodePage;
+use crate::node::{NodePage, ValRef};
 use crate::view::{View, MAX_DEPTH};
 
 /// A position in a tree: the path of (page, index) from the root to a leaf entry.
@@ -27,9 +27,9 @@ enum Seek<'k> {
 }
 
 impl<'a> Cursor<'a> {
-    fn new() -> Self {
+    fn new(depth: u32) -> Self {
         Cursor {
-            stack: Vec::new(),
+            stack: Vec::with_capacity(depth.min(MAX_DEPTH) as usize),
             visited: 0,
         }
     }
@@ -99,6 +99,19 @@ impl<'a> Cursor<'a> {
             id = p.child(i)?;
             self.stack.push((p, i));
         }
+    }
+
+    /// Move to the next entry if it is in the same leaf, and return it; None (not moved)
+    /// otherwise, or if that entry is damaged (`next` then reports it).
+    #[inline]
+    fn next_in_leaf(&mut self) -> Option<(&'a [u8], ValRef<'a>)> {
+        let (page, idx) = self.stack.last_mut()?;
+        if !page.leaf || *idx + 1 >= page.count {
+            return None;
+        }
+        let e = page.entry(*idx + 1).ok()?;
+        *idx += 1;
+        Some(e)
     }
 
     /// Move to the next entry; false when past the last.
@@ -195,8 +208,8 @@ pub struct Range<'a> {
     view: View<'a>,
     root: TreeRoot,
     role: PageRole,
-    start: Bound<Vec<u8>>,
-    end: Bound<Vec<u8>>,
+    start: Bound<KeyBuf>,
+    end: Bound<KeyBuf>,
     front: Option<Cursor<'a>>,
     back: Option<Cursor<'a>>,
     front_key: Option<&'a [u8]>,
@@ -204,10 +217,44 @@ pub struct Range<'a> {
     done: bool,
 }
 
-fn owned(b: Bound<&[u8]>) -> Bound<Vec<u8>> {
+/// Keys up to this long are kept inside a [`Range`]'s bounds rather than allocated.
+const SHORT_KEY: usize = 32;
+
+/// A copy of a bound's key: a range outlives the caller's key, and most keys are short
+/// enough that copying them in place saves an allocation per range.
+#[derive(Debug)]
+enum KeyBuf {
+    Short { len: u8, bytes: [u8; SHORT_KEY] },
+    Long(Vec<u8>),
+}
+
+impl KeyBuf {
+    fn new(k: &[u8]) -> KeyBuf {
+        let mut bytes = [0; SHORT_KEY];
+        match bytes.get_mut(..k.len()) {
+            Some(b) => {
+                b.copy_from_slice(k);
+                KeyBuf::Short {
+                    len: k.len() as u8,
+                    bytes,
+                }
+            }
+            None => KeyBuf::Long(k.to_vec()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            KeyBuf::Short { len, bytes } => &bytes[..*len as usize],
+            KeyBuf::Long(v) => v,
+        }
+    }
+}
+
+fn owned(b: Bound<&[u8]>) -> Bound<KeyBuf> {
     match b {
-        Bound::Included(k) => Bound::Included(k.to_vec()),
-        Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+        Bound::Included(k) => Bound::Included(KeyBuf::new(k)),
+        Bound::Excluded(k) => Bound::Excluded(KeyBuf::new(k)),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
@@ -234,6 +281,8 @@ impl<'a> Range<'a> {
         }
     }
 
+    /// Called per entry of a forward scan: inlined so an unbounded end costs two tests.
+    #[inline(always)]
     fn below_end(&self, k: &[u8]) -> bool {
         let in_bound = match &self.end {
             Bound::Included(e) => k <= e.as_slice(),
@@ -243,6 +292,7 @@ impl<'a> Range<'a> {
         in_bound && self.back_key.is_none_or(|b| k < b)
     }
 
+    #[inline]
     fn above_start(&self, k: &[u8]) -> bool {
         let in_bound = match &self.start {
             Bound::Included(s) => k >= s.as_slice(),
@@ -253,13 +303,22 @@ impl<'a> Range<'a> {
     }
 
     fn step_front(&mut self) -> Result<Option<(&'a [u8], &'a [u8])>> {
+        // Most steps stay in the current leaf: no climb, no re-parse of the page.
+        if let Some((k, v)) = self.front.as_mut().and_then(Cursor::next_in_leaf) {
+            let v = self.view.value(v)?;
+            if !self.below_end(k) {
+                return Ok(None);
+            }
+            self.front_key = Some(k);
+            return Ok(Some((k, v)));
+        }
         let moved = match self.front.as_mut() {
             Some(c) => c.next(&self.view, self.role)?,
             None => {
-                let mut c = Cursor::new();
+                let mut c = Cursor::new(self.root.depth);
                 let seek = match &self.start {
-                    Bound::Included(k) => Seek::Ge(k, false),
-                    Bound::Excluded(k) => Seek::Ge(k, true),
+                    Bound::Included(k) => Seek::Ge(k.as_slice(), false),
+                    Bound::Excluded(k) => Seek::Ge(k.as_slice(), true),
                     Bound::Unbounded => Seek::First,
                 };
                 let found = c.seek(&self.view, &self.root, self.role, &seek)?;
@@ -285,10 +344,10 @@ impl<'a> Range<'a> {
         let moved = match self.back.as_mut() {
             Some(c) => c.prev(&self.view, self.role)?,
             None => {
-                let mut c = Cursor::new();
+                let mut c = Cursor::new(self.root.depth);
                 let seek = match &self.end {
-                    Bound::Included(k) => Seek::Le(k, false),
-                    Bound::Excluded(k) => Seek::Le(k, true),
+                    Bound::Included(k) => Seek::Le(k.as_slice(), false),
+                    Bound::Excluded(k) => Seek::Le(k.as_slice(), true),
                     Bound::Unbounded => Seek::Last,
                 };
                 let found = c.seek(&self.view, &self.root, self.role, &seek)?;
@@ -347,5 +406,20 @@ impl DoubleEndedIterator for Range<'_> {
         }
         let r = self.step_back();
         self.finish(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KeyBuf, SHORT_KEY};
+
+    #[test]
+    fn key_buf_keeps_short_and_long_keys_exactly() {
+        for len in [0, 1, SHORT_KEY - 1, SHORT_KEY, SHORT_KEY + 1, 300] {
+            let k: Vec<u8> = (0..len).map(|i| i as u8 ^ 0x5a).collect();
+            let b = KeyBuf::new(&k);
+            assert_eq!(b.as_slice(), &k[..]);
+            assert_eq!(matches!(b, KeyBuf::Short { .. }), len <= SHORT_KEY);
+        }
     }
 }

@@ -1,6 +1,5 @@
 //! The database handle: open, snapshots and the reader table, the writer lock, sync, close.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,6 +12,7 @@ use larch_pager::{Map, Meta, OpenedMetas, Pager, PagerOptions, Storage};
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::read::ReadTx;
+use crate::readers::{ReadSnap, ReaderTable, SnapshotCache};
 use crate::view::View;
 use crate::write::WriteTx;
 use crate::TxId;
@@ -35,13 +35,6 @@ pub struct IoStats {
 pub(crate) struct Snapshot {
     pub meta: Meta,
     pub map: Arc<Map>,
-}
-
-/// What readers share: the newest snapshot and how many readers hold each txid.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub current: Arc<Snapshot>,
-    pub readers: BTreeMap<TxId, usize>,
 }
 
 /// State only the writer touches (under the writer lock).
@@ -72,7 +65,8 @@ pub(crate) struct WriterState {
 pub(crate) struct Inner {
     pub pager: Pager,
     pub opts: Options,
-    pub shared: Mutex<Shared>,
+    /// The newest snapshot and the readers of older ones (readers.rs).
+    pub readers: ReaderTable,
     pub writer: Arc<Mutex<WriterState>>,
     pub opened: OpenedMetas,
     /// Replaced by a compacted file: writers that waited for its lock must start over.
@@ -97,6 +91,8 @@ pub(crate) struct Handle {
     pub compaction: crate::autocompact::Compaction,
     /// Directory operations and new files of compaction (the real file system but in tests).
     pub fs: Arc<dyn crate::fs::CompactionFs>,
+    /// Each shard's last snapshot of `core`, so reads of an unchanged file share no lock.
+    pub snapshots: SnapshotCache,
 }
 
 impl Handle {
@@ -185,6 +181,7 @@ impl Db {
                 handles: AtomicUsize::new(1),
                 compaction: Default::default(),
                 fs,
+                snapshots: Default::default(),
             }),
         }
     }
@@ -248,10 +245,7 @@ impl Db {
             )?;
         }
         let inner = Inner {
-            shared: Mutex::new(Shared {
-                current: Arc::new(Snapshot { meta, map }),
-                readers: BTreeMap::new(),
-            }),
+            readers: ReaderTable::new(Snapshot { meta, map }),
             writer: Arc::new(Mutex::new(WriterState {
                 free,
                 committed: meta,
@@ -278,7 +272,8 @@ impl Db {
     /// Begin a read transaction: a snapshot of the newest commit. Any number, on any thread;
     /// readers never block the writer or each other.
     pub fn begin_read(&self) -> Result<ReadTx> {
-        self.inner().begin_read()
+        let (snap, shard) = self.handle.snapshots.begin(&self.handle)?;
+        Ok(ReadTx::new(snap, shard))
     }
 
     /// Begin the write transaction, waiting for the current one to end. (Do not call this, or
@@ -345,26 +340,26 @@ impl Inner {
             // After a failed sync the file's contents are unknown: refuse to read from it.
             self.pager.check_writable()?;
         }
-        let snap = {
-            let mut s = self.shared.lock();
-            let snap = s.current.clone();
-            *s.readers.entry(snap.meta.txid).or_insert(0) += 1;
-            snap
-        };
-        Ok(ReadTx::new(self.clone(), snap))
+        let shard = crate::readers::shard_index();
+        let snap = self.readers.begin(shard);
+        Ok(ReadTx::new(
+            Arc::new(ReadSnap::new(self.clone(), &snap)),
+            shard,
+        ))
     }
 
-    /// The newest snapshot and the oldest txid any reader holds.
+    /// The newest snapshot and the oldest txid any reader holds. The snapshot is read first:
+    /// the scan then sees every reader that could hold anything older (readers.rs).
     pub(crate) fn snapshot_and_oldest_reader(&self) -> (Arc<Snapshot>, Option<TxId>) {
-        let s = self.shared.lock();
-        (s.current.clone(), s.readers.keys().next().copied())
+        let current = self.readers.current();
+        let (oldest, _) = self.readers.oldest();
+        (current, oldest)
     }
 
     /// Make `meta` the snapshot new readers get.
     pub(crate) fn publish(&self, meta: Meta) {
         let map = self.pager.map();
-        let mut s = self.shared.lock();
-        s.current = Arc::new(Snapshot { meta, map });
+        self.readers.publish(Snapshot { meta, map });
     }
 
     /// Truncate a file that is much longer than the durable high-water mark `hwm` (pages past
@@ -422,14 +417,9 @@ impl Inner {
         }
     }
 
-    pub(crate) fn end_read(&self, txid: TxId) {
-        let mut s = self.shared.lock();
-        if let Some(n) = s.readers.get_mut(&txid) {
-            *n -= 1;
-            if *n == 0 {
-                s.readers.remove(&txid);
-            }
-        }
+    /// End a reader of `txid` registered in `shard`.
+    pub(crate) fn end_read(&self, shard: usize, txid: TxId) {
+        self.readers.end(shard, txid);
     }
 }
 

@@ -67,6 +67,7 @@ mod mutate;
 mod node;
 mod options;
 mod read;
+mod readers;
 mod relocate;
 mod stats;
 mod unpinned;

@@ -104,6 +104,27 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
+/// Byte-wise (lexicographic) order of keys, as `<[u8]>::cmp`, eight bytes at a time: the
+/// keys of a search are short, and a call to memcmp per probe cost more than the compare.
+#[inline(always)]
+fn compare_keys(mut a: &[u8], mut b: &[u8]) -> std::cmp::Ordering {
+    while let (Some((x, ra)), Some((y, rb))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+        (a, b) = (ra, rb);
+    }
+    for (x, y) in a.iter().zip(b) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
 impl<'a> NodePage<'a> {
     /// Read the header of `bytes` as a node of `role`; checks type, role and that the slots fit.
     pub fn parse(id: PageId, bytes: &'a [u8], role: PageRole) -> Result<NodePage<'a>> {
@@ -158,12 +179,31 @@ impl<'a> NodePage<'a> {
     /// Key of entry (leaf) or separator (branch) `i`.
     #[inline]
     pub fn key(&self, i: usize) -> Result<&'a [u8]> {
-        let off = self.cell(i)?;
-        let klen = u16_at(self.bytes, off).ok_or_else(|| self.bad(i))?;
-        let start = off + if self.leaf { LEAF_CELL } else { BRANCH_CELL };
-        self.bytes
-            .get(start..start + klen)
-            .ok_or_else(|| self.bad(i))
+        self.key_in_page(i).ok_or_else(|| self.key_error(i))
+    }
+
+    /// The key of cell `i`, or None if its slot or cell does not lie in the page. The same
+    /// checks as `cell` and `key`, with one branch each: binary searches call it per probe.
+    #[inline(always)]
+    fn key_in_page(&self, i: usize) -> Option<&'a [u8]> {
+        let b = self.bytes;
+        let off = u16::from_le_bytes(*b.get(PAGE_HEADER_SIZE + i * SLOT..)?.first_chunk()?);
+        let off = off as usize;
+        if off < PAGE_HEADER_SIZE + self.count * SLOT {
+            return None;
+        }
+        let cell = b.get(off..)?;
+        let klen = u16::from_le_bytes(*cell.first_chunk()?) as usize;
+        let start = if self.leaf { LEAF_CELL } else { BRANCH_CELL };
+        cell.get(start..start + klen)
+    }
+
+    #[cold]
+    fn key_error(&self, i: usize) -> Error {
+        match self.cell(i) {
+            Err(e) => e,
+            Ok(_) => self.bad(i),
+        }
     }
 
     fn bad(&self, i: usize) -> Error {
@@ -173,6 +213,48 @@ impl<'a> NodePage<'a> {
     /// Key and value of leaf entry `i`.
     #[inline]
     pub fn entry(&self, i: usize) -> Result<(&'a [u8], ValRef<'a>)> {
+        match self.entry_in_page(i) {
+            Some(e) => Ok(e),
+            None => Err(self.entry_error(i)),
+        }
+    }
+
+    /// Leaf entry `i`, or None if any part of it lies outside the page: the checks of
+    /// `entry_checked`, one branch each (range scans call it per entry).
+    #[inline(always)]
+    fn entry_in_page(&self, i: usize) -> Option<(&'a [u8], ValRef<'a>)> {
+        let b = self.bytes;
+        let off = u16::from_le_bytes(*b.get(PAGE_HEADER_SIZE + i * SLOT..)?.first_chunk()?);
+        let off = off as usize;
+        if off < PAGE_HEADER_SIZE + self.count * SLOT {
+            return None;
+        }
+        let (head, rest) = b.get(off..)?.split_first_chunk::<LEAF_CELL>()?;
+        let klen = u16::from_le_bytes([head[0], head[1]]) as usize;
+        let flags = head[2];
+        let vlen = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let (key, rest) = rest.split_at_checked(klen)?;
+        let val = if flags & FLAG_OVERFLOW != 0 {
+            ValRef::Overflow {
+                page: u64::from_le_bytes(*rest.first_chunk()?),
+                len: vlen as u64,
+            }
+        } else {
+            ValRef::Inline(rest.get(..vlen as usize)?)
+        };
+        Some((key, val))
+    }
+
+    #[cold]
+    fn entry_error(&self, i: usize) -> Error {
+        match self.entry_checked(i) {
+            Err(e) => e,
+            Ok(_) => self.bad(i),
+        }
+    }
+
+    /// `entry`, one field at a time, for the error that names what is wrong.
+    fn entry_checked(&self, i: usize) -> Result<(&'a [u8], ValRef<'a>)> {
         let off = self.cell(i)?;
         let b = self.bytes;
         let klen = u16_at(b, off).ok_or_else(|| self.bad(i))?;
@@ -205,7 +287,10 @@ impl<'a> NodePage<'a> {
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.key(mid)?.cmp(key) {
+            let Some(k) = self.key_in_page(mid) else {
+                return Err(self.key_error(mid));
+            };
+            match compare_keys(k, key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return Ok(Ok(mid)),
@@ -221,7 +306,10 @@ impl<'a> NodePage<'a> {
         let (mut lo, mut hi) = (1, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.key(mid)? <= key {
+            let Some(k) = self.key_in_page(mid) else {
+                return Err(self.key_error(mid));
+            };
+            if compare_keys(k, key) != std::cmp::Ordering::Greater {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -786,5 +874,33 @@ mod tests {
         let again = again.split_off(3);
         assert_eq!(buf, again);
         assert_eq!(back.run(3).map(|r| r.page), Some(77));
+    }
+}
+
+#[cfg(test)]
+mod key_order_tests {
+    use super::compare_keys;
+
+    #[test]
+    fn compare_keys_orders_as_slices_do() {
+        let keys: [&[u8]; 12] = [
+            b"",
+            b"a",
+            b"ab",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefghi",
+            b"abcdefgi",
+            b"abcdefghabcdefgh",
+            b"abcdefghabcdefgg",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+            b"\x00\x00\x00\x00\x00\x00\x00\x00",
+            b"\x00\x00\x00\x00\x00\x00\x00",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(compare_keys(a, b), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
     }
 }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use larch_pager::{PageRole, TreeRoot};
 
 use crate::cursor::Range;
-use crate::db::{Inner, Snapshot};
+use crate::db::Inner;
 use crate::error::{Error, Result};
+use crate::readers::ReadSnap;
 use crate::view::View;
 use crate::TxId;
 
@@ -15,13 +16,14 @@ use crate::TxId;
 /// many commits follow. Holds its pages from reuse until dropped.
 #[derive(Debug)]
 pub struct ReadTx {
-    inner: Arc<Inner>,
-    snap: Arc<Snapshot>,
+    snap: Arc<ReadSnap>,
+    /// The reader-table shard it is registered in.
+    shard: usize,
 }
 
 impl ReadTx {
-    pub(crate) fn new(inner: Arc<Inner>, snap: Arc<Snapshot>) -> ReadTx {
-        ReadTx { inner, snap }
+    pub(crate) fn new(snap: Arc<ReadSnap>, shard: usize) -> ReadTx {
+        ReadTx { snap, shard }
     }
 
     /// The commit this snapshot shows.
@@ -31,7 +33,7 @@ impl ReadTx {
 
     /// The file this snapshot reads.
     pub(crate) fn core(&self) -> &Arc<Inner> {
-        &self.inner
+        &self.snap.inner
     }
 
     pub(crate) fn meta(&self) -> larch_pager::Meta {
@@ -42,13 +44,19 @@ impl ReadTx {
         View::new(
             &self.snap.map,
             &self.snap.meta,
-            self.inner.opts.verify_checksums,
+            self.snap.inner.opts.verify_checksums,
         )
     }
 
     /// Open a tree for reading; an error if it does not exist.
     pub fn open_tree(&self, name: &str) -> Result<ReadTree<'_>> {
         let view = self.view();
+        let cached = self.snap.first_tree.get();
+        if let Some((n, root)) = cached {
+            if **n == *name {
+                return Ok(ReadTree { view, root: *root });
+            }
+        }
         let v = view
             .get(&self.snap.meta.catalog, PageRole::Catalog, name.as_bytes())?
             .ok_or_else(|| Error::TreeNotFound(name.to_string()))?;
@@ -58,6 +66,9 @@ impl ReadTx {
                 format!("catalog entry {name:?} is short"),
             )
         })?;
+        if cached.is_none() {
+            let _ = self.snap.first_tree.set((name.into(), root));
+        }
         Ok(ReadTree { view, root })
     }
 
@@ -78,7 +89,7 @@ impl ReadTx {
 
 impl Drop for ReadTx {
     fn drop(&mut self) {
-        self.inner.end_read(self.snap.meta.txid);
+        self.snap.inner.end_read(self.shard, self.snap.meta.txid);
     }
 }
 

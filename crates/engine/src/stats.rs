@@ -150,16 +150,18 @@ impl Db {
             trees.push(tree_stats(&view, name, &root, PageRole::Data)?);
         }
         let (oldest, readers) = {
-            let s = rx.core().shared.lock();
+            let mut held = rx.core().readers.held();
             // Our own reader is in the table; do not count it.
-            let mut readers = s.readers.clone();
-            if let Some(n) = readers.get_mut(&rx.txid()) {
-                *n -= 1;
-                if *n == 0 {
-                    readers.remove(&rx.txid());
+            if let Some(i) = held.iter().position(|&(t, _)| t == rx.txid()) {
+                held[i].1 -= 1;
+                if held[i].1 == 0 {
+                    held.remove(i);
                 }
             }
-            (readers.keys().next().copied(), readers.values().sum())
+            (
+                held.first().map(|&(t, _)| t),
+                held.iter().map(|&(_, n)| n).sum(),
+            )
         };
         let (durable, free_pages, pending_pages, pinned) = match rx.core().writer.try_lock() {
             Some(w) => {

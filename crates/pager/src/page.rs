@@ -38,6 +38,7 @@ impl PageType {
             PageType::Overflow => 3,
         }
     }
+    #[inline]
     fn from_code(c: u8) -> Option<Self> {
         Some(match c {
             1 => PageType::Branch,
@@ -75,6 +76,7 @@ impl PageRole {
             PageRole::FreeMap => 2,
         }
     }
+    #[inline]
     fn from_code(c: u8) -> Option<Self> {
         Some(match c {
             0 => PageRole::Data,
@@ -109,6 +111,7 @@ pub struct PageHeader {
 impl PageHeader {
     /// Decode the header at the start of `page`; None if type or role is unknown or the page
     /// is shorter than a header.
+    #[inline]
     pub fn read(page: &[u8]) -> Option<PageHeader> {
         if page.len() < PAGE_HEADER_SIZE {
             return None;

@@ -1,0 +1,270 @@
+//! The reader table: which snapshots open read transactions hold, kept so that beginning and
+//! ending a read touches only memory private to the reading thread's shard.
+//!
+//! LMDB gives each thread a reader slot; a reader writes its txid into its slot and re-checks
+//! the meta, and the writer scans every slot for the oldest txid. Here the slots are
+//! [`SHARDS`] cache-line-padded shards, each a small mutex over reader counts per txid; a thread
+//! always uses the same shard ([`shard_index`]) and the first [`SHARDS`] threads to read each
+//! get their own, so reading threads share no lock and no cache line and the mutexes do not
+//! park.
+//!
+//! ## Why the writer never misses a reader (invariant 1 of docs/format.md)
+//!
+//! The writer first publishes its snapshot X ([`ReaderTable::publish`]: the current snapshot,
+//! then the `published` txid), and only later (at the next `begin_write`) locks each shard in
+//! turn to find the oldest registered txid ([`ReaderTable::oldest`]). A reader loads the
+//! current snapshot *and* registers its txid inside one critical section of its shard's mutex.
+//! For each shard, the two critical sections are ordered by that mutex:
+//! - the reader's came first: the writer's scan sees its registration;
+//! - the writer's scan came first: the publication of X happened before the scan, which
+//!   happened before the reader locked the shard, so the reader sees X or newer and registers
+//!   a txid >= X. Pages freed by txids <= X are not in the tree of X or any newer commit.
+//!
+//! Either way the writer's "oldest reader or, if none, X" bounds every snapshot a reader can
+//! still hold or take. `Inner::begin_read` and the snapshot cache of `Db::begin_read`
+//! (`SnapshotCache`) both register inside the shard's critical section.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use larch_pager::{Map, Meta, TreeRoot};
+
+use crate::db::{Handle, Inner, Snapshot};
+use crate::error::Result;
+use crate::TxId;
+
+/// Shards of the reader table. More than the threads that read at once on this class of
+/// machine, so each reading thread has its own; the writer locks all of them once per
+/// transaction (32 uncontended lock/unlock pairs, around a microsecond: small beside a commit).
+pub(crate) const SHARDS: usize = 32;
+
+/// Keeps each shard on its own cache lines (128 bytes: adjacent-line prefetch pairs lines).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub T);
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The calling thread's shard: threads are dealt shards in turn, so the first `SHARDS`
+/// threads to read each get their own.
+#[inline]
+pub(crate) fn shard_index() -> usize {
+    SHARD.with(|s| {
+        let mut i = s.get();
+        if i == usize::MAX {
+            i = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            s.set(i);
+        }
+        i
+    })
+}
+
+/// Readers of one shard: how many hold each txid (a handful of txids at most in practice).
+#[derive(Debug, Default)]
+pub(crate) struct ShardReaders {
+    held: Vec<(TxId, usize)>,
+}
+
+impl ShardReaders {
+    fn add(&mut self, txid: TxId) {
+        match self.held.iter_mut().find(|(t, _)| *t == txid) {
+            Some((_, n)) => *n += 1,
+            None => self.held.push((txid, 1)),
+        }
+    }
+
+    fn remove(&mut self, txid: TxId) {
+        if let Some(i) = self.held.iter().position(|(t, _)| *t == txid) {
+            self.held[i].1 -= 1;
+            if self.held[i].1 == 0 {
+                self.held.swap_remove(i);
+            }
+        }
+    }
+}
+
+/// One shard, locked by a reader while it registers (or, for the snapshot cache, while it
+/// also checks its cached snapshot against `published`).
+pub(crate) type Shard = Padded<Mutex<ShardReaders>>;
+
+/// The newest snapshot and every registered reader of one file.
+#[derive(Debug)]
+pub(crate) struct ReaderTable {
+    /// The snapshot new readers get. Locked by readers only when their shard's cached copy is
+    /// stale (once per commit per shard) and by the writer when it publishes.
+    current: Mutex<Arc<Snapshot>>,
+    /// Txid of `current`, readable without its lock.
+    published: AtomicU64,
+    shards: Box<[Shard]>,
+}
+
+impl ReaderTable {
+    /// A table whose current snapshot is `snap`, with no readers.
+    pub(crate) fn new(snap: Snapshot) -> ReaderTable {
+        ReaderTable {
+            published: AtomicU64::new(snap.meta.txid),
+            current: Mutex::new(Arc::new(snap)),
+            shards: (0..SHARDS).map(|_| Padded::default()).collect(),
+        }
+    }
+
+    /// The newest snapshot.
+    pub(crate) fn current(&self) -> Arc<Snapshot> {
+        self.current.lock().clone()
+    }
+
+    /// Txid of the newest snapshot.
+    #[inline]
+    pub(crate) fn published(&self) -> TxId {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// Make `snap` the snapshot new readers get. Must happen before any scan
+    /// ([`ReaderTable::oldest`]) that relies on it (module docs).
+    pub(crate) fn publish(&self, snap: Snapshot) {
+        let txid = snap.meta.txid;
+        *self.current.lock() = Arc::new(snap);
+        self.published.store(txid, Ordering::Release);
+    }
+
+    /// Shard `i` (lock it to register or end a reader).
+    #[inline]
+    pub(crate) fn shard(&self, i: usize) -> &Mutex<ShardReaders> {
+        &self.shards[i].0
+    }
+
+    /// Register a reader of the newest snapshot in shard `i` and return that snapshot.
+    pub(crate) fn begin(&self, i: usize) -> Arc<Snapshot> {
+        let mut s = self.shard(i).lock();
+        let snap = self.current();
+        s.add(snap.meta.txid);
+        snap
+    }
+
+    /// Register a reader of `txid` in a shard the caller holds locked.
+    #[inline]
+    pub(crate) fn register(s: &mut ShardReaders, txid: TxId) {
+        s.add(txid);
+    }
+
+    /// End a reader of `txid` registered in shard `i`.
+    #[inline]
+    pub(crate) fn end(&self, i: usize, txid: TxId) {
+        self.shard(i).lock().remove(txid);
+    }
+
+    /// The oldest txid any reader holds, and how many readers there are.
+    pub(crate) fn oldest(&self) -> (Option<TxId>, usize) {
+        let mut oldest: Option<TxId> = None;
+        let mut count = 0;
+        for sh in self.shards.iter() {
+            let s = sh.0.lock();
+            for &(t, n) in &s.held {
+                oldest = Some(oldest.map_or(t, |o| o.min(t)));
+                count += n;
+            }
+        }
+        (oldest, count)
+    }
+
+    /// Every txid readers hold, with its count, sorted by txid.
+    pub(crate) fn held(&self) -> Vec<(TxId, usize)> {
+        let mut all = std::collections::BTreeMap::new();
+        for sh in self.shards.iter() {
+            for &(t, n) in &sh.0.lock().held {
+                *all.entry(t).or_insert(0) += n;
+            }
+        }
+        all.into_iter().collect()
+    }
+}
+
+/// What a read transaction holds: its file and its snapshot, in one allocation per shard and
+/// commit so that the reference counts a read touches are shared only within its shard.
+#[derive(Debug)]
+pub(crate) struct ReadSnap {
+    /// The file (kept open, and its lock held, while a reader can read it).
+    pub inner: Arc<Inner>,
+    /// The commit.
+    pub meta: Meta,
+    /// The map to read it through.
+    pub map: Arc<Map>,
+    /// The first tree opened in this snapshot and its root: a snapshot never changes, so
+    /// the catalog lookup of each later `open_tree` of that name can be skipped.
+    pub first_tree: OnceLock<(Box<str>, TreeRoot)>,
+}
+
+impl ReadSnap {
+    pub(crate) fn new(inner: Arc<Inner>, snap: &Snapshot) -> ReadSnap {
+        ReadSnap {
+            inner,
+            meta: snap.meta,
+            map: snap.map.clone(),
+            first_tree: OnceLock::new(),
+        }
+    }
+}
+
+/// Per handle and shard, the last [`ReadSnap`] handed out, so that a read of an unchanged
+/// file takes no global lock and clones no globally shared `Arc`. Holds no reader
+/// registration: a cached snapshot pins no pages.
+#[derive(Debug)]
+pub(crate) struct SnapshotCache {
+    shards: Box<[CachedSnap]>,
+}
+
+/// One shard of a [`SnapshotCache`].
+type CachedSnap = Padded<Mutex<Option<Arc<ReadSnap>>>>;
+
+impl Default for SnapshotCache {
+    fn default() -> Self {
+        SnapshotCache {
+            shards: (0..SHARDS).map(|_| Padded::default()).collect(),
+        }
+    }
+}
+
+impl SnapshotCache {
+    /// Begin a read of the newest commit of `handle`'s current file, registered in the calling
+    /// thread's shard.
+    pub(crate) fn begin(&self, handle: &Handle) -> Result<(Arc<ReadSnap>, usize)> {
+        let i = shard_index();
+        let mut cached = self.shards[i].0.lock();
+        if let Some(rs) = cached.as_ref() {
+            let inner = &rs.inner;
+            // A retired file is only read by snapshots that began before the switch.
+            if !inner.retired.load(Ordering::Acquire) && !inner.pager.is_poisoned() {
+                let mut s = inner.readers.shard(i).lock();
+                // Checked under the shard lock: see the module docs.
+                if inner.readers.published() == rs.meta.txid {
+                    ReaderTable::register(&mut s, rs.meta.txid);
+                    return Ok((rs.clone(), i));
+                }
+            }
+        }
+        let inner = handle.core();
+        if inner.pager.is_poisoned() {
+            // After a failed sync the file's contents are unknown: refuse to read from it.
+            inner.pager.check_writable()?;
+        }
+        let snap = inner.readers.begin(i);
+        let rs = Arc::new(ReadSnap::new(inner, &snap));
+        *cached = Some(rs.clone());
+        Ok((rs, i))
+    }
+
+    /// Forget every cached snapshot (after the handle switched files, so the old file is
+    /// closed once its last reader ends).
+    pub(crate) fn clear(&self) {
+        for sh in self.shards.iter() {
+            *sh.0.lock() = None;
+        }
+    }
+}
