@@ -60,7 +60,9 @@ impl Setup {
         let mut setup = Setup {
             policy,
             write_mode,
-            advice: Advice::Random,
+            // Options has no getter for its advice; the pager's default is the engine's
+            // (checked by default_setup_opens_with_the_engine_defaults).
+            advice: Advice::default(),
             compaction_threshold: None,
             page_size: defaults.get_page_size(),
         };
@@ -304,6 +306,22 @@ mod tests {
         ] {
             assert!(Setup::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn default_setup_opens_with_the_engine_defaults() {
+        let s = Setup::parse(&crate::config::default_larch_setup()).unwrap();
+        let engine = Options::default();
+        assert_eq!(s.policy, engine.get_policy());
+        assert_eq!(s.write_mode, engine.get_write_mode());
+        assert_eq!(s.page_size, engine.get_page_size());
+        assert_eq!(s.compaction_threshold, None);
+        let debug = format!("{engine:?}");
+        assert!(
+            debug.contains(&format!("advice: {:?},", s.advice)),
+            "setup advice {:?}, engine options {debug}",
+            s.advice
+        );
     }
 
     #[test]
