@@ -126,7 +126,8 @@ pub fn usage(program: &str) -> String {
   --steps LIST         comma-separated, of {}
   --larch-setups LIST  policy/write-mode pairs (default {default_setup}, the engine's); policies
                        null,first-fit,best-fit,append-run; modes pwrite,mmap; optional
-                       :advice=normal|random|sequential, :ct=FRACTION|off (compaction threshold),
+                       :advice=normal|random|sequential, :load-advice=A (advice while loading;
+                       reopened with advice after), :ct=FRACTION|off (compaction threshold),
                        :page=BYTES, e.g. first-fit/pwrite:ct=0.25
   --seed S             run seed (default: a fresh one, printed)
   --dir PATH           where database files go (default OUT/db, removed afterwards)
