@@ -122,7 +122,8 @@ pub fn usage(program: &str) -> String {
   --key-size K         key bytes, 16..=32 (default 16)
   --threads N          the n of the .n steps (default: number of cores)
   --batch N            inserts per commit in load (default 1000)
-  --engines LIST       comma-separated: larch,lmdb,redb,sqlite,fjall (default: all built in)
+  --engines LIST       comma-separated: larch,lmdb,redb,sqlite,fjall, and rocksdb when built
+                       with --features rocksdb (default: all built in)
   --steps LIST         comma-separated, of {}
   --larch-setups LIST  policy/write-mode pairs (default {default_setup}, the engine's); policies
                        null,first-fit,best-fit,append-run; modes pwrite,mmap; optional
