@@ -100,11 +100,18 @@ pub struct Config {
     pub ballast: Option<u64>,
 }
 
-/// The default `--larch-setups`.
-pub const DEFAULT_LARCH_SETUP: &str = "first-fit/pwrite";
+/// The default `--larch-setups`: the engine's own default policy and write mode, taken from
+/// `Options::default()` (advice, page size and compaction threshold default to it in
+/// [`crate::larch::Setup::parse`]), so an unqualified run measures what a caller gets without
+/// options.
+pub fn default_larch_setup() -> String {
+    let o = larch_engine::Options::default();
+    format!("{}/{}", o.get_policy().name(), o.get_write_mode().name())
+}
 
 /// The usage text.
 pub fn usage(program: &str) -> String {
+    let default_setup = default_larch_setup();
     format!(
         "usage: {program} -- [options]
 
@@ -115,11 +122,13 @@ pub fn usage(program: &str) -> String {
   --key-size K         key bytes, 16..=32 (default 16)
   --threads N          the n of the .n steps (default: number of cores)
   --batch N            inserts per commit in load (default 1000)
-  --engines LIST       comma-separated: larch,lmdb,redb,sqlite,fjall (default: all built in)
+  --engines LIST       comma-separated: larch,lmdb,redb,sqlite,fjall, and rocksdb when built
+                       with --features rocksdb (default: all built in)
   --steps LIST         comma-separated, of {}
-  --larch-setups LIST  policy/write-mode pairs (default {DEFAULT_LARCH_SETUP}); policies
+  --larch-setups LIST  policy/write-mode pairs (default {default_setup}, the engine's); policies
                        null,first-fit,best-fit,append-run; modes pwrite,mmap; optional
-                       :advice=normal|random|sequential, :ct=FRACTION|off (compaction threshold),
+                       :advice=normal|random|sequential, :load-advice=A (advice while loading;
+                       reopened with advice after), :ct=FRACTION|off (compaction threshold),
                        :page=BYTES, e.g. first-fit/pwrite:ct=0.25
   --seed S             run seed (default: a fresh one, printed)
   --dir PATH           where database files go (default OUT/db, removed afterwards)
@@ -170,7 +179,7 @@ impl Config {
             batch: 1000,
             engines: None,
             steps: steps::ALL.to_vec(),
-            larch_setups: vec![DEFAULT_LARCH_SETUP.to_string()],
+            larch_setups: vec![default_larch_setup()],
             seed: None,
             dir: None,
             out: None,
@@ -367,7 +376,8 @@ mod tests {
             (200_000, 5.0, 256, 16)
         );
         assert_eq!(c.steps.len(), 13);
-        assert_eq!(c.larch_setups, vec!["first-fit/pwrite".to_string()]);
+        // The engine's default (AppendPreferring, Pwrite); a change there shows up here.
+        assert_eq!(c.larch_setups, vec!["append-run/pwrite".to_string()]);
         let q = parse("--quick").unwrap();
         assert_eq!((q.docs, q.secs), (QUICK_DOCS, QUICK_SECS));
         // Explicit sizes win over --quick whatever the order.

@@ -87,6 +87,13 @@ pub trait EngineFactory: Sync {
         let _ = setup;
         None
     }
+    /// The setup to close and reopen the database with once the load is done and synced,
+    /// before the other steps (`None`, the default: it stays open). larch's `:load-advice=`
+    /// loads under one madvise and reads under another this way.
+    fn reopen_after_load(&self, setup: &str) -> Option<String> {
+        let _ = setup;
+        None
+    }
     /// The configuration `open` uses, written into results.json: (setting, value) pairs.
     fn describe(&self, setup: &str, cfg: &EngineConfig) -> Vec<(String, String)>;
     /// Open (creating) a database in the empty directory `dir`.

@@ -1,6 +1,7 @@
 //! larch as a measured engine. A setup is `POLICY/WRITEMODE`, optionally followed by
-//! `:advice=normal|random|sequential`, `:ct=FRACTION|off` (compaction threshold) and
-//! `:page=BYTES`.
+//! `:advice=normal|random|sequential`, `:load-advice=normal|random|sequential` (the advice
+//! while loading; the database is reopened with `advice` for the other steps),
+//! `:ct=FRACTION|off` (compaction threshold) and `:page=BYTES`.
 
 use std::ops::Bound;
 use std::path::Path;
@@ -24,6 +25,9 @@ pub struct Setup {
     pub write_mode: WriteMode,
     /// madvise of the read map.
     pub advice: Advice,
+    /// madvise of the read map while loading, if not `advice` (then the database is closed and
+    /// reopened with `advice` after the load).
+    pub load_advice: Option<Advice>,
     /// Background compaction threshold.
     pub compaction_threshold: Option<f64>,
     /// Page size of the new file.
@@ -60,7 +64,10 @@ impl Setup {
         let mut setup = Setup {
             policy,
             write_mode,
-            advice: Advice::Random,
+            // Options has no getter for its advice; the pager's default is the engine's
+            // (checked by default_setup_opens_with_the_engine_defaults).
+            advice: Advice::default(),
+            load_advice: None,
             compaction_threshold: None,
             page_size: defaults.get_page_size(),
         };
@@ -73,6 +80,11 @@ impl Setup {
                     setup.advice = advice_from_name(v).ok_or_else(|| {
                         format!("setup {s:?}: advice is normal, random or sequential")
                     })?
+                }
+                "load-advice" => {
+                    setup.load_advice = Some(advice_from_name(v).ok_or_else(|| {
+                        format!("setup {s:?}: load-advice is normal, random or sequential")
+                    })?)
                 }
                 "ct" => {
                     setup.compaction_threshold = if v == "off" {
@@ -98,12 +110,12 @@ impl Setup {
         Ok(setup)
     }
 
-    /// The options the setup opens the database with.
+    /// The options the setup opens the database with (for the load, `load_advice` if set).
     pub fn options(&self) -> Options {
         Options::default()
             .policy(self.policy)
             .write_mode(self.write_mode)
-            .advice(self.advice)
+            .advice(self.load_advice.unwrap_or(self.advice))
             .page_size(self.page_size)
             .compaction_threshold(self.compaction_threshold)
             .durability(LDurability::Sync)
@@ -127,6 +139,17 @@ impl EngineFactory for LarchFactory {
         Setup::parse(setup).map(|_| ()).map_err(Into::into)
     }
 
+    fn reopen_after_load(&self, setup: &str) -> Option<String> {
+        Setup::parse(setup).ok()?.load_advice?;
+        Some(
+            setup
+                .split(':')
+                .filter(|part| !part.starts_with("load-advice="))
+                .collect::<Vec<_>>()
+                .join(":"),
+        )
+    }
+
     fn describe(&self, setup: &str, _cfg: &EngineConfig) -> Vec<(String, String)> {
         let s = match Setup::parse(setup) {
             Ok(s) => s,
@@ -139,6 +162,12 @@ impl EngineFactory for LarchFactory {
             v("policy", s.policy.name().to_string()),
             v("write_mode", s.write_mode.name().to_string()),
             v("advice", s.advice.name().to_string()),
+            v(
+                "load_advice",
+                s.load_advice.map_or("the same".to_string(), |a| {
+                    format!("{} (then closed and reopened with advice {})", a.name(), s.advice.name())
+                }),
+            ),
             v("page_size", s.page_size.to_string()),
             v(
                 "compaction_threshold",
@@ -289,6 +318,12 @@ mod tests {
         assert_eq!(s.advice, Advice::Normal);
         assert_eq!(s.compaction_threshold, Some(0.25));
         assert_eq!(s.page_size, 8192);
+        assert_eq!(s.load_advice, None);
+        let s = Setup::parse("append-run/pwrite:advice=normal:load-advice=random").unwrap();
+        assert_eq!(
+            (s.advice, s.load_advice),
+            (Advice::Normal, Some(Advice::Random))
+        );
         for p in Policy::ALL {
             for m in WriteMode::ALL {
                 assert!(Setup::parse(&format!("{}/{}", p.name(), m.name())).is_ok());
@@ -301,9 +336,41 @@ mod tests {
             "null/pwrite:ct=2",
             "null/pwrite:zz=1",
             "null/pwrite:advice",
+            "null/pwrite:load-advice=often",
         ] {
             assert!(Setup::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn default_setup_opens_with_the_engine_defaults() {
+        let s = Setup::parse(&crate::config::default_larch_setup()).unwrap();
+        let engine = Options::default();
+        assert_eq!(s.policy, engine.get_policy());
+        assert_eq!(s.write_mode, engine.get_write_mode());
+        assert_eq!(s.page_size, engine.get_page_size());
+        assert_eq!(s.compaction_threshold, None);
+        let debug = format!("{engine:?}");
+        assert!(
+            debug.contains(&format!("advice: {:?},", s.advice)),
+            "setup advice {:?}, engine options {debug}",
+            s.advice
+        );
+    }
+
+    #[test]
+    fn load_advice_reopens_with_the_read_advice() {
+        let f = LarchFactory;
+        assert_eq!(f.reopen_after_load("append-run/pwrite:advice=normal"), None);
+        assert_eq!(
+            f.reopen_after_load("append-run/pwrite:load-advice=random:advice=normal:ct=0.5")
+                .as_deref(),
+            Some("append-run/pwrite:advice=normal:ct=0.5")
+        );
+        // The load opens with load-advice, the reopened setup with advice.
+        let s = Setup::parse("append-run/pwrite:advice=sequential:load-advice=random").unwrap();
+        let o = format!("{:?}", s.options());
+        assert!(o.contains("advice: Random,"), "{o}");
     }
 
     #[test]

@@ -221,20 +221,39 @@ fn run_engine(
     current: &mut String,
 ) -> Result<()> {
     let ecfg = engine_config(cfg);
-    let engine = factory.open(dir, &role.setup, &ecfg)?;
+    let mut engine = factory.open(dir, &role.setup, &ecfg)?;
+    let reopen = factory.reopen_after_load(&role.setup);
     let device = Device::of(dir);
     let seed = cfg.seed.unwrap_or(0);
     let values = Values::new(cfg.value_size, seed ^ 0x5eed);
-    let ctx = Ctx {
-        cfg,
-        engine: &*engine,
-        keys: KeyGen::new(cfg.key_size)?,
-        values: &values,
-        seed,
-        dir,
-        device: device.as_ref(),
-        role,
-        limit: role.engine == limits::ENGINE,
+    let keys = KeyGen::new(cfg.key_size)?;
+    // A macro, not a closure: each step borrows the engine only while it runs, and the engine
+    // may be closed and reopened after the load.
+    macro_rules! ctx {
+        ($engine:expr) => {
+            Ctx {
+                cfg,
+                engine: $engine,
+                keys,
+                values: &values,
+                seed,
+                dir,
+                device: device.as_ref(),
+                role,
+                limit: role.engine == limits::ENGINE,
+            }
+        };
+    }
+    // Close the loaded (and synced) database and open it again with the factory's other setup.
+    let reopened = |engine: Box<dyn Engine>| -> Result<Box<dyn Engine>> {
+        match &reopen {
+            None => Ok(engine),
+            Some(setup) => {
+                engine.close()?;
+                eprintln!("  (reopened after load as {setup})");
+                factory.open(dir, setup, &ecfg)
+            }
+        }
     };
     let steps = steps_for(cfg, factory, &role.setup);
     let load = Step::new(Kind::Load, false);
@@ -242,11 +261,15 @@ fn run_engine(
         *current = "load".into();
         eprintln!("  (load, not reported: the other steps need the data)");
         engine.set_durability(Durability::Async)?;
-        run_load(&ctx)?;
+        run_load(&ctx!(&*engine))?;
+        engine = reopened(engine)?;
     }
     for step in steps {
         *current = step.name().into();
-        let row = measure(&ctx, step)?;
+        let row = measure(&ctx!(&*engine), step)?;
+        if step.kind == Kind::Load {
+            engine = reopened(engine)?;
+        }
         eprintln!(
             "  {:<28} {:<6} {:>8} ops/s  p99 {:>7} us",
             report::label(&role.engine, &role.setup),

@@ -117,3 +117,52 @@ fn bad_options_are_usage_errors() {
     assert!(run.status.success());
     assert!(String::from_utf8_lossy(&run.stdout).contains("--larch-setups"));
 }
+
+#[test]
+fn a_load_advice_setup_reads_the_loaded_file_after_reopening_it() {
+    let out = tempfile::tempdir().unwrap();
+    let setup = "append-run/pwrite:load-advice=random:advice=sequential";
+    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
+        .args([
+            "--docs",
+            "2000",
+            "--secs",
+            "0.05",
+            "--seed",
+            "9",
+            "--no-limits",
+            "--steps",
+            "load,pq.1,ows.1",
+            "--larch-setups",
+            setup,
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stderr.contains("(reopened after load as append-run/pwrite:advice=sequential)"),
+        "{stderr}"
+    );
+    // pq.1 fails on the first key it does not find, so its rows prove the reopened file
+    // holds the whole load.
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 3, "{csv}");
+    for r in &rows {
+        assert_eq!(r[col("setup")], setup);
+        assert_eq!(r[col("error")], "", "a step failed: {r:?}");
+        assert!(r[col("ops_total")].parse::<u64>().unwrap() > 0, "{r:?}");
+    }
+    let json = std::fs::read_to_string(out.path().join("results.json")).unwrap();
+    assert!(
+        json.contains("random (then closed and reopened with advice sequential)"),
+        "{json}"
+    );
+}

@@ -28,7 +28,7 @@ fn cfg() -> EngineConfig {
 }
 
 fn setup_name(f: &dyn EngineFactory) -> String {
-    f.setups(&[larch_bench_core::config::DEFAULT_LARCH_SETUP.to_string()])
+    f.setups(&[larch_bench_core::config::default_larch_setup()])
         .remove(0)
 }
 

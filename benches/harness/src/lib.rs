@@ -1,23 +1,29 @@
 //! The peer engines of the workload harness and the criterion suite: LMDB (through heed),
-//! redb, SQLite (rusqlite, bundled) and fjall, each behind `larch_bench_core::Engine`, each
-//! configured at its honest best for the workload and described in results.json.
+//! redb, SQLite (rusqlite, bundled), fjall and, with the `rocksdb` feature, RocksDB, each
+//! behind `larch_bench_core::Engine`, each configured at its honest best for the workload and
+//! described in results.json.
 //!
 //! Nothing in this package is a test target: `cargo test --workspace` does not build it.
 
 mod fjall_engine;
 mod lmdb;
 mod redb_engine;
+#[cfg(feature = "rocksdb")]
+mod rocksdb_engine;
 mod sqlite;
 
 pub use fjall_engine::FjallFactory;
 pub use larch_bench_core::larch::LarchFactory;
 pub use lmdb::LmdbFactory;
 pub use redb_engine::RedbFactory;
+#[cfg(feature = "rocksdb")]
+pub use rocksdb_engine::RocksDbFactory;
 pub use sqlite::SqliteFactory;
 
 use larch_bench_core::EngineFactory;
 
-/// Every engine, in the order of the results: larch, lmdb, redb, sqlite, fjall.
+/// Every engine, in the order of the results: larch, lmdb, redb, sqlite, fjall, then rocksdb
+/// when the `rocksdb` feature is on.
 pub fn engines() -> Vec<&'static dyn EngineFactory> {
     vec![
         &LarchFactory,
@@ -25,6 +31,8 @@ pub fn engines() -> Vec<&'static dyn EngineFactory> {
         &RedbFactory,
         &SqliteFactory,
         &FjallFactory,
+        #[cfg(feature = "rocksdb")]
+        &RocksDbFactory,
     ]
 }
 
