@@ -1,7 +1,7 @@
 //! larch as a measured engine. A setup is `POLICY/WRITEMODE`, optionally followed by
 //! `:advice=normal|random|sequential`, `:load-advice=normal|random|sequential` (the advice
 //! while loading; the database is reopened with `advice` for the other steps),
-//! `:ct=FRACTION|off` (compaction threshold) and `:page=BYTES`.
+//! `:ct=FRACTION|off` (compaction threshold), `:page=BYTES` and `:group=on|off` (group commit).
 
 use std::ops::Bound;
 use std::path::Path;
@@ -32,6 +32,8 @@ pub struct Setup {
     pub compaction_threshold: Option<f64>,
     /// Page size of the new file.
     pub page_size: usize,
+    /// Group commit (`Options::group_commit`).
+    pub group_commit: bool,
 }
 
 fn advice_from_name(s: &str) -> Option<Advice> {
@@ -70,6 +72,7 @@ impl Setup {
             load_advice: None,
             compaction_threshold: None,
             page_size: defaults.get_page_size(),
+            group_commit: true,
         };
         for part in parts {
             let (k, v) = part
@@ -99,6 +102,13 @@ impl Setup {
                         Some(t)
                     }
                 }
+                "group" => {
+                    setup.group_commit = match v {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(format!("setup {s:?}: group is on or off")),
+                    }
+                }
                 "page" => {
                     setup.page_size = v
                         .parse()
@@ -118,6 +128,7 @@ impl Setup {
             .advice(self.load_advice.unwrap_or(self.advice))
             .page_size(self.page_size)
             .compaction_threshold(self.compaction_threshold)
+            .group_commit(self.group_commit)
             .durability(LDurability::Sync)
     }
 }
@@ -173,6 +184,15 @@ impl EngineFactory for LarchFactory {
                 "compaction_threshold",
                 s.compaction_threshold
                     .map_or("off".to_string(), |t| t.to_string()),
+            ),
+            v(
+                "group_commit",
+                if s.group_commit {
+                    "on (the default): a Sync commit made while other writers wait is made durable by the group's one fdatasync"
+                } else {
+                    "off: every Sync commit syncs before releasing the writer lock"
+                }
+                .into(),
             ),
             v("verify_checksums", "false (the default)".into()),
             v(
@@ -319,6 +339,8 @@ mod tests {
         assert_eq!(s.compaction_threshold, Some(0.25));
         assert_eq!(s.page_size, 8192);
         assert_eq!(s.load_advice, None);
+        assert!(s.group_commit);
+        assert!(!Setup::parse("null/pwrite:group=off").unwrap().group_commit);
         let s = Setup::parse("append-run/pwrite:advice=normal:load-advice=random").unwrap();
         assert_eq!(
             (s.advice, s.load_advice),
@@ -337,6 +359,7 @@ mod tests {
             "null/pwrite:zz=1",
             "null/pwrite:advice",
             "null/pwrite:load-advice=often",
+            "null/pwrite:group=maybe",
         ] {
             assert!(Setup::parse(bad).is_err(), "{bad}");
         }
