@@ -376,8 +376,8 @@ mod tests {
             (200_000, 5.0, 256, 16)
         );
         assert_eq!(c.steps.len(), 13);
-        // The engine's default (AppendPreferring, Pwrite); a change there shows up here.
-        assert_eq!(c.larch_setups, vec!["append-run/pwrite".to_string()]);
+        // The engine's default (FirstFit, Pwrite); a change there shows up here.
+        assert_eq!(c.larch_setups, vec!["first-fit/pwrite".to_string()]);
         let q = parse("--quick").unwrap();
         assert_eq!((q.docs, q.secs), (QUICK_DOCS, QUICK_SECS));
         // Explicit sizes win over --quick whatever the order.

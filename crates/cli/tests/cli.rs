@@ -1043,7 +1043,7 @@ fn bench_prints_both_phases() {
         };
         assert!(line("larch bench: ").contains("2000 keys of 16 bytes, 256-byte values"));
         assert!(line("  write ").starts_with(&format!(
-            "  write {write}, read {read}, durability async, policy append-run"
+            "  write {write}, read {read}, durability async, policy first-fit"
         )));
         let w = line("write: ");
         assert!(

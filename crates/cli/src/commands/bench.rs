@@ -59,7 +59,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MODE", default_value = "sync", value_parser = crate::durability_parser())]
     pub durability: Durability,
     /// Free-space policy.
-    #[arg(long, value_name = "POLICY", default_value = "append-run", value_parser = crate::policy_parser())]
+    #[arg(long, value_name = "POLICY", default_value = "first-fit", value_parser = crate::policy_parser())]
     pub policy: Policy,
     /// Make Sync commits durable with two fdatasyncs (pages, then meta) instead of one.
     #[arg(long)]

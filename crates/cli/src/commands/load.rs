@@ -24,7 +24,7 @@ pub struct LoadArgs {
     /// When each commit becomes durable [default: sync].
     #[arg(long, value_name = "MODE", value_parser = crate::durability_parser())]
     pub durability: Option<Durability>,
-    /// Free-space policy [default: append-run].
+    /// Free-space policy [default: first-fit].
     #[arg(long, value_name = "POLICY", value_parser = crate::policy_parser())]
     pub policy: Option<Policy>,
     /// Page size of a new file (an existing file keeps its own) [default: 4096].
