@@ -1,4 +1,4 @@
-//! A deterministic write workload for counting instructions (docs/performance-write.md):
+//! A deterministic write workload for counting instructions (docs/performance.md, "Write path"):
 //! the harness's `load` (hashed keys, 1,000 inserts per commit, Async, one sync) and then
 //! `owa` (one random existing key overwritten per commit, Async), without threads or timers.
 //!
