@@ -7,6 +7,9 @@
 //! Scripted workloads run exhaustively (every k, three images each); random workloads run over
 //! many seeds. `LARCH_CRASH_CASES` raises the number of random workloads (default 160, 40 cuts each).
 
+mod support;
+use support::{apply, apply_some, scratch_dir, Rng};
+
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -84,16 +87,6 @@ struct Trace {
     /// (number of ops done when the call returned, txid, durability asked for).
     acks: Vec<(usize, u64, Durability)>,
     opts: Options,
-}
-
-fn scratch_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::tempdir_in(shm) {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
 }
 
 fn run(steps: &[Step], opts: Options) -> Trace {
@@ -209,20 +202,6 @@ fn min_durable(trace: &Trace, k: usize) -> u64 {
     min
 }
 
-/// A tiny deterministic RNG (xorshift), so failures reproduce from the printed seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Image {
     /// Nothing after the last sync reached the disk.
@@ -233,14 +212,6 @@ enum Image {
     Random(u64),
     /// Every later write but the one at this index of the trace (lost whole).
     AllBut(usize),
-}
-
-fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
-    let end = off as usize + data.len();
-    if img.len() < end {
-        img.resize(end, 0);
-    }
-    img[off as usize..end].copy_from_slice(data);
 }
 
 fn build_image(trace: &Trace, k: usize, how: Image) -> Vec<u8> {
@@ -271,23 +242,7 @@ fn build_image(trace: &Trace, k: usize, how: Image) -> Vec<u8> {
                 img.resize(*len as usize, 0)
             }
             (IoOp::Write { off, data }, Image::Random(_)) => {
-                let rng = rng.as_mut().unwrap();
-                for (i, block) in data.chunks(4096).enumerate() {
-                    let at = off + (i * 4096) as u64;
-                    match rng.below(5) {
-                        0 | 1 => {}
-                        2 | 3 => apply(&mut img, at, block),
-                        _ => {
-                            // Torn: a prefix, or just the first 512-byte sector.
-                            let n = if rng.below(2) == 0 {
-                                512.min(block.len())
-                            } else {
-                                1 + rng.below(block.len() as u64) as usize
-                            };
-                            apply(&mut img, at, &block[..n]);
-                        }
-                    }
-                }
+                apply_some(&mut img, *off, data, rng.as_mut().unwrap());
             }
             (IoOp::SetLen(len), Image::Random(_)) => {
                 if rng.as_mut().unwrap().below(2) == 0 {
@@ -764,20 +719,23 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
         sync_delay: std::time::Duration::from_micros(300),
     });
     let db = Db::open_with_storage(&path, storage, opts).unwrap();
-    // (txid, key, ops done when the commit returned)
+    // (txid, key number, ops done when the commit returned)
     let log = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let (db, log, ops) = (&db, &log, &ops);
             s.spawn(move || {
                 for i in 0..EACH {
-                    let k = key(t * 1000 + i);
+                    let n = t * 1000 + i;
                     let mut tx = db.begin_write().unwrap();
                     let txid = tx.txid();
-                    tx.open_tree("g").unwrap().insert(&k, &val(i, 100)).unwrap();
+                    tx.open_tree("g")
+                        .unwrap()
+                        .insert(&key(n), &val(i, 100))
+                        .unwrap();
                     tx.commit().unwrap();
                     let done = ops.lock().unwrap().len();
-                    log.lock().unwrap().push((txid, k, done));
+                    log.lock().unwrap().push((txid, n, done));
                 }
             });
         }
@@ -801,10 +759,13 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
     let mut states = BTreeMap::new();
     let mut m = Model::new();
     states.insert(0u64, m.clone());
-    let mut by_txid: Vec<_> = log.iter().map(|(t, k, _)| (*t, k.clone())).collect();
+    let mut by_txid: Vec<_> = log.iter().map(|&(t, n, _)| (t, n)).collect();
     by_txid.sort();
     for (t, k) in by_txid {
-        m.entry("g".to_string()).or_default().insert(k, Vec::new());
+        // Thread t's i-th commit wrote key(t * 1000 + i) = val(i, 100).
+        m.entry("g".to_string())
+            .or_default()
+            .insert(key(k), val(k % 1000, 100));
         states.insert(t, m.clone());
     }
     let mut acks: Vec<(usize, u64, Durability)> = log
@@ -827,7 +788,7 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
             Image::Everything,
             Image::Random(k as u64 * 31 + 7),
         ] {
-            verify_group_cut(&trace, k, how, cut_dir.path());
+            verify_cut(&trace, k, how, cut_dir.path(), "group");
             cuts += 1;
         }
         // And every image that loses exactly one write since the last sync.
@@ -837,49 +798,16 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
             .map_or(0, |i| i + 1);
         for j in from..k {
             if matches!(trace.ops[j], IoOp::Write { .. }) {
-                verify_group_cut(&trace, k, Image::AllBut(j), cut_dir.path());
+                verify_cut(
+                    &trace,
+                    k,
+                    Image::AllBut(j),
+                    cut_dir.path(),
+                    "group, one lost",
+                );
                 cuts += 1;
             }
         }
     }
     eprintln!("group commit: {cuts} power cuts");
-}
-
-/// `verify_cut` for the group test: values are not modelled, only which keys are there.
-fn verify_group_cut(trace: &Trace, k: usize, how: Image, dir: &Path) {
-    let img = build_image(trace, k, how);
-    let path = dir.join("cut.larch");
-    std::fs::write(&path, &img).unwrap();
-    let ctx = || {
-        format!(
-            "group: cut after {k} of {} ops, image {how:?}",
-            trace.ops.len()
-        )
-    };
-    let db = Db::open(&path, trace.opts).unwrap_or_else(|e| panic!("{}: open failed: {e}", ctx()));
-    if let Err(e) = db.check() {
-        panic!("{}: check failed: {e}", ctx());
-    }
-    let txid = db.begin_read().unwrap().txid();
-    let min = min_durable(trace, k);
-    assert!(
-        txid >= min,
-        "{}: opened at txid {txid}, but txid {min} was acknowledged durable",
-        ctx()
-    );
-    let want: Vec<Vec<u8>> = trace.states[&txid]
-        .get("g")
-        .map(|t| t.keys().cloned().collect())
-        .unwrap_or_default();
-    let got: Vec<Vec<u8>> = contents(&db)
-        .get("g")
-        .map(|t| t.keys().cloned().collect())
-        .unwrap_or_default();
-    assert!(
-        got == want,
-        "{}: keys at txid {txid} differ from that commit's",
-        ctx()
-    );
-    drop(db);
-    std::fs::remove_file(&path).unwrap();
 }

@@ -16,6 +16,9 @@
 //! destination of `compact_to`, when it exists, must hold exactly the snapshot it copied.
 //! `LARCH_CRASH_CASES` raises the number of random cuts per background run (default 300).
 
+mod support;
+use support::{apply, apply_some, scratch_dir, Rng};
+
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -193,16 +196,6 @@ struct Trace {
     opts: Options,
 }
 
-fn scratch_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::tempdir_in(shm) {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
 fn key(i: u64) -> Vec<u8> {
     format!("key{:06}", (i * 7919) % 1_000_003).into_bytes()
 }
@@ -312,19 +305,6 @@ fn run(mode: Mode, commits: u64, seed: u64) -> Trace {
     trace
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 enum Image {
     /// Nothing after each file's last sync and the last directory sync reached the disk.
@@ -334,14 +314,6 @@ enum Image {
     /// Random subsets of later blocks (lost, written, torn) and a random prefix of later
     /// directory operations.
     Random(u64),
-}
-
-fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
-    let end = off as usize + data.len();
-    if img.len() < end {
-        img.resize(end, 0);
-    }
-    img[off as usize..end].copy_from_slice(data);
 }
 
 fn file_of(op: &Op) -> Option<usize> {
@@ -377,22 +349,7 @@ fn build_image(trace: &Trace, k: usize, how: Image) -> (BTreeMap<String, usize>,
                     img.resize(*len as usize, 0)
                 }
                 (Op::Write { off, data, .. }, false, Image::Random(_)) => {
-                    let rng = rng.as_mut().unwrap();
-                    for (b, block) in data.chunks(4096).enumerate() {
-                        let at = off + (b * 4096) as u64;
-                        match rng.below(5) {
-                            0 | 1 => {}
-                            2 | 3 => apply(img, at, block),
-                            _ => {
-                                let n = if rng.below(2) == 0 {
-                                    512.min(block.len())
-                                } else {
-                                    1 + rng.below(block.len() as u64) as usize
-                                };
-                                apply(img, at, &block[..n]);
-                            }
-                        }
-                    }
+                    apply_some(img, *off, data, rng.as_mut().unwrap());
                 }
                 (Op::SetLen { len, .. }, false, Image::Random(_))
                     if rng.as_mut().unwrap().below(2) == 0 =>
