@@ -188,4 +188,12 @@ impl Options {
     pub fn get_write_mode(&self) -> WriteMode {
         self.write_mode
     }
+    /// The access-pattern advice for the read map.
+    pub fn get_advice(&self) -> Advice {
+        self.advice
+    }
+    /// Whether group commit is on.
+    pub fn get_group_commit(&self) -> bool {
+        self.group_commit
+    }
 }
