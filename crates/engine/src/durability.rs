@@ -23,12 +23,22 @@ pub(crate) struct Batch {
     /// The list no longer describes the commits since the durable one: a meta was written
     /// without sync, a commit failed after recording, or it outgrew a meta page.
     broken: bool,
-    /// First page -> (pages, is an overflow run).
-    objects: BTreeMap<PageId, (u32, bool, crate::TxId)>,
+    /// First page -> the object written there.
+    objects: BTreeMap<PageId, Object>,
     /// What the last recorded commit changed, to list the objects as of the commit before
     /// it: entries it removed, and keys it added.
-    last_removed: Vec<(PageId, (u32, bool, crate::TxId))>,
+    last_removed: Vec<(PageId, Object)>,
     last_added: Vec<PageId>,
+}
+
+/// One object a commit wrote: a node page or an overflow run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Object {
+    pages: u32,
+    overflow: bool,
+    txid: crate::TxId,
+    /// The checksum stored in its (first) page header.
+    checksum: u32,
 }
 
 impl Batch {
@@ -61,30 +71,34 @@ impl Batch {
             self.remove_overlapping(p, n);
         }
         for r in wrote {
-            if r.overflow {
-                self.insert(r.start, r.pages, true, r.txid);
-            } else {
-                for i in 0..r.pages as u64 {
-                    self.insert(r.start + i, 1, false, r.txid);
-                }
-            }
+            // Node pages arrive one object each (write.rs), each with its own checksum.
+            debug_assert!(r.overflow || r.pages == 1);
+            self.insert(
+                r.start,
+                Object {
+                    pages: r.pages,
+                    overflow: r.overflow,
+                    txid: r.txid,
+                    checksum: r.checksum,
+                },
+            );
         }
         if self.runs().len() > capacity {
             self.break_off();
         }
     }
 
-    fn insert(&mut self, p: PageId, n: u32, overflow: bool, txid: crate::TxId) {
-        self.remove_overlapping(p, n as u64);
-        self.objects.insert(p, (n, overflow, txid));
+    fn insert(&mut self, p: PageId, o: Object) {
+        self.remove_overlapping(p, o.pages as u64);
+        self.objects.insert(p, o);
         self.last_added.push(p);
     }
 
     fn remove_overlapping(&mut self, p: PageId, n: u64) {
         let end = p + n;
         let mut gone: Vec<PageId> = self.objects.range(p..end).map(|(&q, _)| q).collect();
-        if let Some((&q, &(m, _, _))) = self.objects.range(..p).next_back() {
-            if q + m as u64 > p {
+        if let Some((&q, o)) = self.objects.range(..p).next_back() {
+            if q + o.pages as u64 > p {
                 gone.push(q);
             }
         }
@@ -124,24 +138,39 @@ impl Batch {
         Self::runs_of(&objects)
     }
 
-    fn runs_of(objects: &BTreeMap<PageId, (u32, bool, crate::TxId)>) -> Vec<ManifestRun> {
+    /// Adjacent node pages of one commit become one run, whose checksum is
+    /// `node_run_checksum` of theirs; each overflow run stands alone with its own.
+    fn runs_of(objects: &BTreeMap<PageId, Object>) -> Vec<ManifestRun> {
         let mut out: Vec<ManifestRun> = Vec::new();
-        for (&p, &(n, overflow, txid)) in objects {
+        let mut page_checksums: Vec<Vec<u32>> = Vec::new();
+        for (&p, o) in objects {
             match out.last_mut() {
                 Some(r)
-                    if !overflow
+                    if !o.overflow
                         && !r.overflow
-                        && r.txid == txid
+                        && r.txid == o.txid
                         && r.start + r.pages as u64 == p =>
                 {
                     r.pages += 1;
+                    if let Some(c) = page_checksums.last_mut() {
+                        c.push(o.checksum);
+                    }
                 }
-                _ => out.push(ManifestRun {
-                    start: p,
-                    pages: n,
-                    overflow,
-                    txid,
-                }),
+                _ => {
+                    out.push(ManifestRun {
+                        start: p,
+                        pages: o.pages,
+                        overflow: o.overflow,
+                        txid: o.txid,
+                        checksum: o.checksum,
+                    });
+                    page_checksums.push(vec![o.checksum]);
+                }
+            }
+        }
+        for (r, c) in out.iter_mut().zip(page_checksums) {
+            if !r.overflow {
+                r.checksum = larch_pager::node_run_checksum(c);
             }
         }
         out

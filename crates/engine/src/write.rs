@@ -461,6 +461,7 @@ impl<'db> WriteTx<'db> {
             manifest_runs: 0,
             manifest_crc: 0,
             manifest_first: 0,
+            manifest_content: 0,
         };
         // 3. Write every dirty page.
         let manifest = self.write_dirty_pages()?;
@@ -530,9 +531,10 @@ impl<'db> WriteTx<'db> {
         }
     }
 
-    /// Write every live dirty node; returns what was written as manifest runs (node pages and
-    /// the overflow runs this transaction wrote that its leaves still hold), or an empty list
-    /// if that does not fit a meta page (the commit then syncs twice).
+    /// Write every live dirty node; returns what was written as manifest objects (each node
+    /// page on its own, and each overflow run this transaction wrote that its leaves still
+    /// hold, with their stored checksums), or an empty list if their runs do not fit a meta
+    /// page (the commit then syncs twice).
     fn write_dirty_pages(&mut self) -> Result<Vec<ManifestRun>> {
         let ps = self.limits.page_size;
         self.db.pager.ensure_pages(self.hwm)?;
@@ -546,52 +548,63 @@ impl<'db> WriteTx<'db> {
         for &i in &order {
             nodes[i].encode(&mut buf, ps, self.txid, |n| nodes[n].page);
         }
+        let pages: Vec<PageId> = order.iter().map(|&i| self.nodes[i].page).collect();
         // Write contiguous runs of pages with one vectored call each.
-        let mut start = 0;
-        while start < order.len() {
-            let mut end = start + 1;
-            while end < order.len()
-                && self.nodes[order[end]].page == self.nodes[order[end - 1]].page + 1
-            {
-                end += 1;
-            }
+        let runs = contiguous_runs(&pages);
+        for &(start, end) in &runs {
             self.db
                 .pager
-                .write_pages(self.nodes[order[start]].page, &[&buf[start * ps..end * ps]])?;
-            start = end;
+                .write_pages(pages[start], &[&buf[start * ps..end * ps]])?;
         }
-        let mut manifest = Vec::new();
-        let mut start = 0;
-        while start < order.len() {
-            let mut end = start + 1;
-            while end < order.len()
-                && self.nodes[order[end]].page == self.nodes[order[end - 1]].page + 1
-            {
-                end += 1;
-            }
-            manifest.push(ManifestRun {
-                start: self.nodes[order[start]].page,
-                pages: (end - start) as u32,
+        let mut manifest: Vec<ManifestRun> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, &page)| ManifestRun {
+                start: page,
+                pages: 1,
                 overflow: false,
                 txid: self.txid,
-            });
-            start = end;
-        }
+                checksum: larch_pager::stored_checksum(&buf[i * ps..(i + 1) * ps]),
+            })
+            .collect();
+        let mut overflow_runs = 0;
         for &i in &order {
             for r in self.nodes[i].runs().filter(|r| r.fresh) {
+                // Written when it was inserted: its checksum is in its first page's header.
+                let checksum = self
+                    .fresh_view()
+                    .pages(r.page, 1)
+                    .map(larch_pager::stored_checksum)?;
                 manifest.push(ManifestRun {
                     start: r.page,
                     pages: self.limits.overflow_pages(r.len) as u32,
                     overflow: true,
                     txid: self.txid,
+                    checksum,
                 });
+                overflow_runs += 1;
             }
         }
-        if manifest.len() > larch_pager::manifest_capacity(ps) {
+        if runs.len() + overflow_runs > larch_pager::manifest_capacity(ps) {
             manifest.clear();
         }
         Ok(manifest)
     }
+}
+
+/// `(start, end)` index ranges of `pages` (sorted) whose page ids are consecutive.
+fn contiguous_runs(pages: &[PageId]) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    while start < pages.len() {
+        let mut end = start + 1;
+        while end < pages.len() && pages[end] == pages[end - 1] + 1 {
+            end += 1;
+        }
+        runs.push((start, end));
+        start = end;
+    }
+    runs
 }
 
 impl Drop for WriteTx<'_> {

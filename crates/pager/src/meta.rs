@@ -14,7 +14,8 @@
 //! 96     4    manifest runs (0: a two-sync commit, nothing to verify)
 //! 100    4    crc32 of the manifest runs
 //! 104    8    oldest txid whose pages the manifest lists (0: only this meta's txid)
-//! 112    12   reserved, zero
+//! 112    4    content checksum: crc32 of the stored checksums of every listed object, in order
+//! 116    8    reserved, zero
 //! 124    4    crc32 of bytes 0..124
 //! 128    12n  manifest: first page u64 | pages u32 (high bit: one overflow run, else n node pages)
 //!        20n  ... or, when offset 104 is not 0: the same and the txid that wrote them u64
@@ -23,13 +24,16 @@
 //! commit lists in its manifest every page it wrote, so recovery can check they all reached
 //! the disk (docs/format.md, "One-fsync commit"); when it also makes earlier Async commits
 //! durable, it lists their pages that its tree still holds, and the oldest of their txids.
+//! The content checksum binds the manifest to what was written, not only to who wrote it: a
+//! page left by an aborted attempt, or by a commit lost in an earlier crash, can carry the
+//! same txid and a valid checksum of its own, but not the checksum the commit wrote.
 
 use crate::{PageId, TxId};
 
 /// The file's magic bytes.
 pub const MAGIC: [u8; 8] = *b"LARCHDB\0";
 /// The on-disk format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes of a meta page that are used (the rest of the page is zero).
 pub const META_SIZE: usize = 128;
 const CRC_AT: usize = 124;
@@ -94,6 +98,9 @@ pub struct Meta {
     /// Oldest txid whose pages the manifest lists (a commit that also makes earlier Async
     /// commits durable); 0 means only this meta's txid.
     pub manifest_first: TxId,
+    /// crc32 over the stored checksum (little-endian u32) of every object the manifest lists,
+    /// in manifest order: a node page's header checksum, an overflow run's.
+    pub manifest_content: u32,
 }
 
 /// What a one-fsync commit wrote: `pages` node pages from `start`, or one overflow run.
@@ -107,6 +114,25 @@ pub struct ManifestRun {
     pub overflow: bool,
     /// The commit that wrote it; 0 in a plain one-fsync manifest (the meta's own txid).
     pub txid: TxId,
+    /// What was written (not stored per run; folded into [`Meta::manifest_content`]): an
+    /// overflow run's stored checksum, or [`node_run_checksum`] of its pages' checksums. 0 as
+    /// decoded from a meta page.
+    pub checksum: u32,
+}
+
+/// The checksum a run of node pages contributes to [`Meta::manifest_content`]: crc32 over each
+/// page's stored checksum, little-endian, in page order.
+pub fn node_run_checksum(page_checksums: impl IntoIterator<Item = u32>) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for c in page_checksums {
+        h.update(&c.to_le_bytes());
+    }
+    h.finalize()
+}
+
+/// [`Meta::manifest_content`] of runs whose `checksum`s are known: crc32 over each, in order.
+pub fn manifest_content(run_checksums: impl IntoIterator<Item = u32>) -> u32 {
+    node_run_checksum(run_checksums)
 }
 
 /// Bytes of one manifest run.
@@ -137,6 +163,7 @@ impl ManifestRun {
             pages: n & !OVERFLOW_BIT,
             overflow: n & OVERFLOW_BIT != 0,
             txid: u64::from_le_bytes(t),
+            checksum: 0,
         }
     }
 }
@@ -203,6 +230,7 @@ impl Meta {
             manifest_runs: 0,
             manifest_crc: 0,
             manifest_first: 0,
+            manifest_content: 0,
         }
     }
 
@@ -219,6 +247,11 @@ impl Meta {
         }
         meta.manifest_runs = manifest.len() as u32;
         meta.manifest_crc = crc32fast::hash(&page[META_SIZE..end]);
+        meta.manifest_content = if manifest.is_empty() {
+            0
+        } else {
+            manifest_content(manifest.iter().map(|r| r.checksum))
+        };
         page[..META_SIZE].copy_from_slice(&meta.encode());
         page
     }
@@ -253,6 +286,7 @@ impl Meta {
         b[96..100].copy_from_slice(&self.manifest_runs.to_le_bytes());
         b[100..104].copy_from_slice(&self.manifest_crc.to_le_bytes());
         b[104..112].copy_from_slice(&self.manifest_first.to_le_bytes());
+        b[112..116].copy_from_slice(&self.manifest_content.to_le_bytes());
         let crc = crc32fast::hash(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -304,6 +338,7 @@ impl Meta {
             manifest_runs: u32_at(96),
             manifest_crc: u32_at(100),
             manifest_first: u64_at(104),
+            manifest_content: u32_at(112),
         };
         let capacity = if meta.manifest_first == 0 {
             manifest_capacity(page_size as usize)
@@ -356,6 +391,7 @@ mod tests {
             manifest_runs: 0,
             manifest_crc: 0,
             manifest_first: 5,
+            manifest_content: 7,
         };
         let b = m.encode();
         assert_eq!(Meta::decode(&b).unwrap(), m);
@@ -380,12 +416,14 @@ mod manifest_tests {
                 pages: 3,
                 overflow: false,
                 txid: 0,
+                checksum: 0,
             },
             ManifestRun {
                 start: 40,
                 pages: 17,
                 overflow: true,
                 txid: 0,
+                checksum: 0,
             },
         ];
         let page = m.encode_page(&runs, 4096);
@@ -412,12 +450,14 @@ mod manifest_tests {
                 pages: 2,
                 overflow: false,
                 txid: 9,
+                checksum: 0,
             },
             ManifestRun {
                 start: 30,
                 pages: 5,
                 overflow: true,
                 txid: 12,
+                checksum: 0,
             },
         ];
         let page = m.encode_page(&runs, 4096);

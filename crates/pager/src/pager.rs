@@ -461,8 +461,14 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Check that every page a one-fsync commit lists reached the disk whole: each object (a node
-/// page, or an overflow run) carries the commit's txid and a matching checksum. The meta at
-/// `offset` is rejected otherwise (its commit was cut short; the other meta is the fallback).
+/// page, or an overflow run) carries the txid that wrote it and a matching checksum, and the
+/// stored checksums of all of them, folded in manifest order, equal the meta's content
+/// checksum (so a whole page left by an aborted attempt or a lost earlier commit, which can
+/// carry the same txid, does not pass for the write the commit made). The meta at `offset` is
+/// rejected otherwise (its commit was cut short; the other meta is the fallback).
+///
+/// Reads one page at a time: every length comes from the file, so nothing is allocated from
+/// it (a crafted run of 2^31 pages costs reads bounded by the file, not memory).
 fn verify_manifest(
     file: &File,
     file_len: u64,
@@ -495,31 +501,68 @@ fn verify_manifest(
             meta.txid
         )
     };
+    let read = |p: u64, buf: &mut [u8]| {
+        file.read_exact_at(buf, p * ps)
+            .map_err(|e| format!("cannot read page {p}: {e}"))
+    };
+    let mut content = crc32fast::Hasher::new();
     for r in runs {
-        let objects: Vec<(u64, u64)> = if r.overflow {
-            vec![(r.start, r.pages as u64)]
-        } else {
-            (0..r.pages as u64).map(|i| (r.start + i, 1)).collect()
+        let (p, n) = (r.start, r.pages as u64);
+        let end = p
+            .checked_add(n)
+            .filter(|&e| p >= 2 && n > 0 && e <= meta.high_water);
+        match end.and_then(|e| e.checked_mul(ps)) {
+            Some(bytes) if bytes <= file_len => {}
+            _ => return Err(torn(p, "lies outside the file")),
+        }
+        // Exactly the write listed: an older version of a page reused within the listed
+        // commits is whole and carries a txid in range, so the range alone is not enough.
+        let want = if r.txid == 0 { meta.txid } else { r.txid };
+        let header_ok = |bytes: &[u8]| {
+            matches!(PageHeader::read(&bytes[..PAGE_HEADER_SIZE]),
+                Some(h) if h.txid == want && want >= first && want <= meta.txid)
         };
-        for (p, n) in objects {
-            let end = p.checked_add(n).filter(|&e| p >= 2 && e <= meta.high_water);
-            if end.is_none() || (p + n) * ps > file_len {
-                return Err(torn(p, "lies outside the file"));
+        let checksum = if r.overflow {
+            // One checksum over the whole run, streamed page by page.
+            read(p, &mut page)?;
+            if !header_ok(&page) {
+                return Err(torn(p, "does not hold this commit's write"));
             }
-            let mut bytes = vec![0u8; (n * ps) as usize];
-            file.read_exact_at(&mut bytes, p * ps)
-                .map_err(|e| format!("cannot read page {p}: {e}"))?;
-            // Exactly the write listed: an older version of a page reused within the listed
-            // commits is whole and carries a txid in range, so the range alone is not enough.
-            let want = if r.txid == 0 { meta.txid } else { r.txid };
-            match PageHeader::read(&bytes[..PAGE_HEADER_SIZE]) {
-                Some(h) if h.txid == want && want >= first && want <= meta.txid => {}
-                _ => return Err(torn(p, "does not hold this commit's write")),
+            let stored = stored_checksum(&page);
+            let mut h = crc32fast::Hasher::new();
+            h.update(&page[..4]);
+            h.update(&page[8..]);
+            for q in p + 1..p + n {
+                read(q, &mut page)?;
+                h.update(&page);
             }
-            if stored_checksum(&bytes) != run_checksum(&bytes) {
+            if h.finalize() != stored {
                 return Err(torn(p, "is torn (checksum mismatch)"));
             }
-        }
+            stored
+        } else {
+            let mut pages = crc32fast::Hasher::new();
+            for q in p..p + n {
+                read(q, &mut page)?;
+                if !header_ok(&page) {
+                    return Err(torn(q, "does not hold this commit's write"));
+                }
+                let stored = stored_checksum(&page);
+                if stored != run_checksum(&page) {
+                    return Err(torn(q, "is torn (checksum mismatch)"));
+                }
+                pages.update(&stored.to_le_bytes());
+            }
+            pages.finalize()
+        };
+        content.update(&checksum.to_le_bytes());
+    }
+    if content.finalize() != meta.manifest_content {
+        return Err(format!(
+            "commit {} did not fully reach the disk: the pages it lists are whole but hold \
+             other writes than it made (content checksum mismatch)",
+            meta.txid
+        ));
     }
     Ok(*meta)
 }
