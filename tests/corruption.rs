@@ -468,6 +468,26 @@ fn normalize(m: &Model) -> Model {
         .collect()
 }
 
+/// Does `msg` name page `id`, alone ("page 14 ") or inside a run ("pages 14-17")?
+fn names_page(msg: &str, id: u64) -> bool {
+    if msg.contains(&format!("page {id} ")) {
+        return true;
+    }
+    msg.split("pages ").skip(1).any(|rest| {
+        let range: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '-')
+            .collect();
+        match range
+            .split_once('-')
+            .map(|(a, b)| (a.parse::<u64>(), b.parse::<u64>()))
+        {
+            Some((Ok(a), Ok(b))) => (a..=b).contains(&id),
+            _ => false,
+        }
+    })
+}
+
 /// Run one case: write the image, open it, exercise it, apply the oracle and the expectation.
 /// Returns a one-line summary.
 fn run_case(f: &Fixture, c: &Case, dir: &Path, opts: Options) -> String {
@@ -486,6 +506,12 @@ fn run_case(f: &Fixture, c: &Case, dir: &Path, opts: Options) -> String {
                 Expect::OpenFails(msg) => assert!(
                     e.to_string().contains(msg),
                     "{ctx}: open failed with {e}, not with {msg:?}"
+                ),
+                // The newest commit was durable (the fixture closed cleanly), so damage to a
+                // page it wrote fails the open, naming the page or the manifest run holding it.
+                Expect::CheckNames(ids) => assert!(
+                    ids.iter().any(|&id| names_page(&e.to_string(), id)),
+                    "{ctx}: open failed without naming page(s) {ids:?}: {e}"
                 ),
                 _ => {}
             }
@@ -558,7 +584,7 @@ fn run_case(f: &Fixture, c: &Case, dir: &Path, opts: Options) -> String {
                         txid < f.newest.txid
                             && notes
                                 .iter()
-                                .any(|n| ids.iter().any(|id| n.contains(&format!("page {id} ")))),
+                                .any(|n| ids.iter().any(|&id| names_page(n, id))),
                         "{ctx}: check passed on a damaged live page ({summary})"
                     );
                 }

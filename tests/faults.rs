@@ -206,7 +206,10 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
         "error names the file: {msg}"
     );
     plan.lock().unwrap().fault = None;
-    if fault.kind == Kind::Sync {
+    // A failed sync, or a failed meta write (the meta may be on disk whole, torn or not at
+    // all, so the writer cannot tell which pages a fallback reaches), poisons the handle.
+    let poisoned = fault.kind == Kind::Sync || msg.contains("write meta");
+    if poisoned {
         // Poisoned: every later call fails with a clear error until reopen.
         let again =
             apply(&db, &batch(4), Durability::Sync).expect_err("poisoned handle accepted a commit");
@@ -217,7 +220,7 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
         assert!(db.sync().is_err());
         assert!(db.begin_read().is_err(), "poisoned handle still reads");
     } else {
-        // A failed write or resize leaves the handle usable, at the previous commit.
+        // A failed page write or resize leaves the handle usable, at the previous commit.
         assert_eq!(contents(&db), before, "failed commit changed visible state");
         db.check()
             .unwrap_or_else(|e| panic!("{fault:?}: check after failed commit: {e}"));

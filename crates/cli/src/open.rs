@@ -9,10 +9,12 @@ use crate::error::{engine, CliResult};
 /// Open for a read-only command: shared lock, no write access, never creates the file, and
 /// every page's checksum is verified so damage shows up as an error instead of wrong output.
 pub fn read_only(path: &Path) -> CliResult<Db> {
-    let opts = Options::default()
-        .read_only(true)
-        .create(false)
-        .verify_checksums(true);
+    read_only_with(path, Options::default())
+}
+
+/// [`read_only`] with other options (e.g. recovery ones) set in `opts`.
+pub fn read_only_with(path: &Path, opts: Options) -> CliResult<Db> {
+    let opts = opts.read_only(true).create(false).verify_checksums(true);
     Db::open(path, opts).map_err(|e| engine(path, e))
 }
 

@@ -150,16 +150,20 @@ pub(crate) fn maybe_start(handle: &Arc<Handle>, inner: &Inner, w: &mut WriterSta
         return;
     };
     let c = &handle.compaction;
-    let hw = w.committed.high_water;
+    let (committed, durable) = {
+        let st = inner.durability.lock();
+        (st.committed, st.durable)
+    };
+    let hw = committed.high_water;
     // Free now, or held back only by readers (the compacted file has none of those).
     let held_by_readers = w
         .free
         .pending
-        .freed_up_to(w.durable.min(w.committed.txid.saturating_sub(1)))
+        .freed_up_to(durable.min(committed.txid.saturating_sub(1)))
         + w.reader_pinned.len();
     let slack = w
         .trigger
-        .observe(w.free.free_pages() + held_by_readers, w.durable);
+        .observe(w.free.free_pages() + held_by_readers, durable);
     if c.cancel.load(Ordering::Acquire) || hw == 0 {
         return;
     }

@@ -339,7 +339,10 @@ impl Db {
             ..Default::default()
         };
         let opened = &rx.core().opened;
-        if opened.other_damaged {
+        if let Some(d) = &opened.discarded {
+            // Opened one commit back on request: the file lost a durable commit.
+            c.problem(None, format!("newest commit discarded: {d}"));
+        } else if opened.other_damaged {
             report.notes.push(format!(
                 "meta fallback: the other meta page is damaged ({}); the database opened at txid {}",
                 opened.other.as_ref().err().cloned().unwrap_or_default(),
@@ -394,7 +397,9 @@ impl Db {
                 }
                 // The writer's in-memory free space must be exactly the unreachable pages.
                 if let Some(w) = rx.core().writer.try_lock() {
-                    if w.committed.txid == meta.txid && !rx.core().opts.read_only {
+                    if rx.core().durability.lock().committed.txid == meta.txid
+                        && !rx.core().opts.read_only
+                    {
                         let mut mem = vec![0u64; words];
                         let mut mark = |p: PageId, n: u64| {
                             for q in p..p + n {

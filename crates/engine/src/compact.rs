@@ -311,7 +311,8 @@ pub(crate) fn copy_snapshot(
             manifest_runs: 0,
             manifest_crc: 0,
             manifest_first: 0,
-            manifest_content: 0,
+            closed_at: 0,
+            closed_at_crc: 0,
         };
         pager.ensure_pages(hwm)?;
         pager.truncate(hwm)?;

@@ -9,6 +9,7 @@ use parking_lot::{Mutex, RwLock};
 use larch_freelist::FreeSpace;
 use larch_pager::{Map, Meta, OpenedMetas, Pager, PagerOptions, Storage};
 
+use crate::durability::DurableState;
 use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::read::ReadTx;
@@ -16,6 +17,11 @@ use crate::readers::{ReadSnap, ReaderTable, SnapshotCache};
 use crate::view::View;
 use crate::write::WriteTx;
 use crate::TxId;
+
+/// How long a group-commit follower waits for a later commit's sync before it syncs itself.
+/// Long enough for the writer behind it to commit and sync (a few fdatasyncs), short enough
+/// that a writer that holds its transaction open costs the follower little.
+const GROUP_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Writes and syncs a handle has made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,22 +47,10 @@ pub(crate) struct Snapshot {
 #[derive(Debug)]
 pub(crate) struct WriterState {
     pub free: FreeSpace,
-    /// Newest committed meta (visible to readers).
-    pub committed: Meta,
-    /// The committed meta before it.
-    pub previous: Meta,
-    /// Newest txid that survives power loss.
-    pub durable: TxId,
-    /// A meta written without sync (NoMetaSync): durable after the next sync.
-    pub meta_unsynced: Option<TxId>,
-    /// Newest txid whose meta was written to the file, synced or not: open may pick it.
-    pub meta_written: TxId,
     /// Freed pages only readers can reach (written after the last durable commit).
     pub reader_pinned: crate::unpinned::ReaderPinned,
     /// What the compaction threshold is compared with (autocompact.rs).
     pub trigger: crate::autocompact::Trigger,
-    /// What the Async commits since the last durable one wrote (durability.rs).
-    pub batch: crate::durability::Batch,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
@@ -68,6 +62,8 @@ pub(crate) struct Inner {
     /// The newest snapshot and the readers of older ones (readers.rs).
     pub readers: ReaderTable,
     pub writer: Arc<Mutex<WriterState>>,
+    /// Which commits are written and durable. Lock order: `writer`, then this.
+    pub durability: Mutex<DurableState>,
     pub opened: OpenedMetas,
     /// Replaced by a compacted file: writers that waited for its lock must start over.
     pub retired: AtomicBool,
@@ -163,6 +159,7 @@ impl Db {
             advice: opts.advice,
             read_only: opts.read_only,
             create: opts.create,
+            fall_back_on_damage: opts.fall_back_on_damage,
         };
         let (pager, opened) = Pager::open(path, popts)?;
         Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
@@ -205,6 +202,7 @@ impl Db {
             advice: opts.advice,
             read_only: opts.read_only,
             create: false,
+            fall_back_on_damage: opts.fall_back_on_damage,
         };
         let (pager, opened) = Pager::open_storage(path.as_ref(), storage, popts)?;
         Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
@@ -225,6 +223,7 @@ impl Db {
             advice: opts.advice,
             read_only: opts.read_only,
             create: false,
+            fall_back_on_damage: opts.fall_back_on_damage,
         };
         let (pager, opened) = Pager::open_storage(path.as_ref(), storage, popts)?;
         Ok(Self::wrap_with_fs(
@@ -248,15 +247,10 @@ impl Db {
             readers: ReaderTable::new(Snapshot { meta, map }),
             writer: Arc::new(Mutex::new(WriterState {
                 free,
-                committed: meta,
-                previous: meta,
-                durable: meta.txid,
-                meta_unsynced: None,
-                meta_written: meta.txid,
                 reader_pinned: Default::default(),
                 trigger: Default::default(),
-                batch: Default::default(),
             })),
+            durability: Mutex::new(DurableState::new(meta)),
             pager,
             opts,
             opened,
@@ -282,16 +276,22 @@ impl Db {
         WriteTx::begin(&self.handle)
     }
 
-    /// Make every commit so far durable (Async and NoMetaSync ones included).
+    /// Make every commit so far durable (Async and NoMetaSync ones included). Does not wait
+    /// for a write transaction in progress (it may be called while one is open).
     pub fn sync(&self) -> Result<()> {
         loop {
             let inner = self.inner();
             inner.pager.check_writable()?;
-            let mut w = inner.writer.lock();
+            let writer = inner.writer.try_lock();
+            let mut st = inner.durability.lock();
             if inner.retired.load(Ordering::Acquire) {
                 continue;
             }
-            return crate::durability::sync_all(&inner, &mut w);
+            crate::durability::sync_all(&inner, &mut st)?;
+            if writer.is_some() {
+                inner.trim_to_durable(&st);
+            }
+            return Ok(());
         }
     }
 
@@ -301,7 +301,7 @@ impl Db {
         use std::sync::atomic::Ordering::Relaxed;
         let inner = self.inner();
         let c = inner.pager.counters();
-        let commits = inner.writer.lock().committed.txid;
+        let commits = inner.durability.lock().committed.txid;
         IoStats {
             write_calls: c.write_calls.load(Relaxed),
             bytes_written: c.bytes_written.load(Relaxed),
@@ -362,10 +362,15 @@ impl Inner {
         self.readers.publish(Snapshot { meta, map });
     }
 
-    /// Truncate a file that is much longer than the durable high-water mark `hwm` (pages past
-    /// it are free: no reader and no fallback meta reaches them). Keeps one growth step of
-    /// slack so a growing file does not shrink and regrow. A failure only leaves the file long.
-    pub(crate) fn trim_file(&self, hwm: crate::PageId) {
+    /// Truncate a file that is much longer than the durable high-water mark (pages past it
+    /// are free: no reader and no fallback meta reaches them), when the newest commit is the
+    /// durable one. Keeps one growth step of slack so a growing file does not shrink and
+    /// regrow. Only with the writer lock held: a write transaction in progress may have
+    /// written past the mark. A failure only leaves the file long.
+    pub(crate) fn trim_to_durable(&self, st: &DurableState) {
+        let Some(hwm) = st.durable_high_water() else {
+            return;
+        };
         let ps = self.pager.page_size() as u64;
         let want = hwm * ps;
         let step = (want / 8).clamp(256 << 10, 256 << 20);
@@ -385,9 +390,13 @@ impl Inner {
     }
 
     /// A group-commit follower: return once commit `txid` is durable. A later writer's sync
-    /// normally covers it; if none is coming (nobody holds or waits for the writer lock), sync
-    /// here. An error if a sync failed meanwhile (the handle is poisoned).
+    /// normally covers it; if none is coming (nobody holds or waits for the writer lock), or
+    /// none has come within [`GROUP_WAIT`], make it durable here. That takes only the
+    /// durability lock, never the writer lock, so the return never depends on a later
+    /// transaction ending (docs/format.md, "Group commit"). An error if a sync failed
+    /// meanwhile (the handle is poisoned).
     pub(crate) fn wait_durable(&self, txid: TxId) -> Result<()> {
+        let deadline = std::time::Instant::now() + GROUP_WAIT;
         loop {
             if self.durable_txid.load(Ordering::Acquire) >= txid {
                 return Ok(());
@@ -398,21 +407,29 @@ impl Inner {
                 // (the last round under the writer lock) and synced it before the switch.
                 return Ok(());
             }
-            if self.waiting_writers.load(Ordering::Acquire) == 0 {
-                if let Some(mut w) = self.writer.try_lock() {
-                    if self.retired.load(Ordering::Acquire) {
-                        return Ok(());
-                    }
-                    if w.durable < txid {
-                        crate::durability::sync_all(self, &mut w)?;
-                    }
+            let writer = if self.waiting_writers.load(Ordering::Acquire) == 0 {
+                self.writer.try_lock()
+            } else {
+                None
+            };
+            if writer.is_some() || std::time::Instant::now() >= deadline {
+                let mut st = self.durability.lock();
+                if self.retired.load(Ordering::Acquire) {
                     return Ok(());
                 }
+                if st.durable < txid {
+                    crate::durability::sync_all(self, &mut st)?;
+                }
+                if writer.is_some() {
+                    self.trim_to_durable(&st);
+                }
+                return Ok(());
             }
+            drop(writer);
             let mut g = self.group.lock();
             if self.durable_txid.load(Ordering::Acquire) < txid {
                 self.group_synced
-                    .wait_for(&mut g, std::time::Duration::from_millis(1));
+                    .wait_for(&mut g, std::time::Duration::from_micros(200));
             }
         }
     }
@@ -428,8 +445,14 @@ impl Drop for Inner {
         // Close makes Async commits durable; errors have nowhere to go (call Db::sync to see them).
         let retired = self.retired.load(Ordering::Acquire);
         if !self.pager.read_only() && !self.pager.is_poisoned() && !retired {
-            let mut w = self.writer.lock();
-            let _ = crate::durability::sync_all(self, &mut w);
+            let _w = self.writer.lock();
+            let mut st = self.durability.lock();
+            if crate::durability::sync_all(self, &mut st).is_ok() {
+                self.trim_to_durable(&st);
+                // A clean close: the newest commit is durable; say so in the older meta, so a
+                // later mismatch of its pages reads as damage, not a torn commit.
+                let _ = self.pager.mark_closed_at(st.committed.txid);
+            }
         }
     }
 }

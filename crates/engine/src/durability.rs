@@ -6,10 +6,56 @@ use std::collections::BTreeMap;
 
 use larch_pager::{ManifestRun, Meta};
 
-use crate::db::{Inner, WriterState};
+use crate::db::Inner;
 use crate::error::Result;
 use crate::options::Durability;
-use crate::PageId;
+use crate::{PageId, TxId};
+
+/// Which commits are written and which are durable. Its own lock (`Inner::durability`),
+/// taken after the writer lock by a committing writer and alone by `Db::sync`, close and
+/// group-commit followers, so making a commit durable never waits for a write transaction
+/// to end (docs/format.md, "Group commit").
+#[derive(Debug)]
+pub(crate) struct DurableState {
+    /// Newest committed meta (visible to readers).
+    pub committed: Meta,
+    /// The committed meta before it.
+    pub previous: Meta,
+    /// Newest txid that survives power loss.
+    pub durable: TxId,
+    /// A meta written without sync (NoMetaSync): durable after the next sync.
+    pub meta_unsynced: Option<TxId>,
+    /// Newest txid whose meta was written to the file, synced or not: open may pick it.
+    pub meta_written: TxId,
+    /// What the Async commits since the last durable one wrote.
+    pub batch: Batch,
+}
+
+impl DurableState {
+    /// State of a file just opened at `meta` (open synced it: it is durable).
+    pub(crate) fn new(meta: Meta) -> DurableState {
+        DurableState {
+            committed: meta,
+            previous: meta,
+            durable: meta.txid,
+            meta_unsynced: None,
+            meta_written: meta.txid,
+            batch: Batch::default(),
+        }
+    }
+
+    /// The newest meta that open could pick after a crash: pages written after it are in
+    /// none of the trees open could find (unpinned.rs).
+    pub(crate) fn on_disk(&self) -> TxId {
+        self.meta_written.max(self.durable)
+    }
+
+    /// The high-water mark of the durable meta, when that is the newest commit (the file
+    /// may then be trimmed to it: `Inner::trim_to_durable`).
+    pub(crate) fn durable_high_water(&self) -> Option<PageId> {
+        (self.durable == self.committed.txid).then_some(self.committed.high_water)
+    }
+}
 
 /// What the commits since the last durable one wrote, when all of them were Async (no meta
 /// written since): the objects (node pages, overflow runs) that the newest tree still holds.
@@ -178,10 +224,10 @@ impl Batch {
 }
 
 /// Sync data, then note that a meta written earlier without sync is now durable too.
-fn sync_data(db: &Inner, w: &mut WriterState) -> Result<()> {
+fn sync_data(db: &Inner, st: &mut DurableState) -> Result<()> {
     db.pager.sync()?;
-    if let Some(t) = w.meta_unsynced.take() {
-        w.durable = w.durable.max(t);
+    if let Some(t) = st.meta_unsynced.take() {
+        st.durable = st.durable.max(t);
     }
     Ok(())
 }
@@ -191,105 +237,110 @@ fn sync_data(db: &Inner, w: &mut WriterState) -> Result<()> {
 /// now) durable in the other slot, so a torn write of `meta` still has a fallback.
 fn write_meta_keeping_fallback(
     db: &Inner,
-    w: &mut WriterState,
+    st: &mut DurableState,
     prev: Meta,
     meta: Meta,
 ) -> Result<()> {
-    if meta.txid % 2 == w.durable % 2 && meta.txid != w.durable {
+    if meta.txid % 2 == st.durable % 2 && meta.txid != st.durable {
         debug_assert_eq!(prev.txid + 1, meta.txid);
         db.pager.write_meta(&prev)?;
-        w.meta_written = w.meta_written.max(prev.txid);
+        st.meta_written = st.meta_written.max(prev.txid);
         db.pager.sync()?;
-        w.durable = prev.txid;
+        st.durable = prev.txid;
     }
     // Before the write: a failed or torn write may still leave this meta on disk.
-    w.meta_written = w.meta_written.max(meta.txid);
+    st.meta_written = st.meta_written.max(meta.txid);
     Ok(db.pager.write_meta(&meta)?)
 }
 
 /// Finish a commit whose pages are written: sync and write the meta as `d` asks. `freed`
 /// are the runs it stopped reaching; `manifest` what it wrote (empty if that does not fit a
-/// meta page).
+/// meta page). The commit before it is `st.committed`.
 pub(crate) fn commit_meta(
     db: &Inner,
-    w: &mut WriterState,
-    prev: Meta,
+    st: &mut DurableState,
     meta: Meta,
     d: Durability,
     freed: &[(PageId, u64)],
     manifest: &[ManifestRun],
 ) -> Result<bool> {
+    let prev = st.committed;
     let capacity = larch_pager::manifest_capacity(db.pager.page_size());
-    w.batch.record(freed, manifest, capacity);
-    let r = finish(db, w, prev, meta, d);
+    st.batch.record(freed, manifest, capacity);
+    let r = finish(db, st, prev, meta, d);
     if r.is_err() {
         // Rolled back: what the batch recorded for this commit is wrong now.
-        w.batch.break_off();
+        st.batch.break_off();
     }
     r
 }
 
 /// Returns true when a Sync commit was left to a later sync (group commit, below): the caller
 /// must wait for it to be durable.
-fn finish(db: &Inner, w: &mut WriterState, prev: Meta, meta: Meta, d: Durability) -> Result<bool> {
+fn finish(
+    db: &Inner,
+    st: &mut DurableState,
+    prev: Meta,
+    meta: Meta,
+    d: Durability,
+) -> Result<bool> {
     let mut deferred = false;
     match d {
-        Durability::Sync if one_fsync_possible(db, w, meta.txid) => {
-            write_listed_meta(db, w, meta)?;
+        Durability::Sync if one_fsync_possible(db, st, meta.txid) => {
+            write_listed_meta(db, st, meta)?;
         }
-        Durability::Sync if db.opts.group_commit && two_step_possible(db, w, prev, meta.txid) => {
+        Durability::Sync if db.opts.group_commit && two_step_possible(db, st, prev, meta.txid) => {
             // `meta` would overwrite the durable meta's slot. Make the commit before it
             // durable with one fdatasync (its meta takes the other slot; the sync covers this
             // commit's pages too), and leave this one to the next sync, as a group-commit
             // follower: under load that is the next group's, so no sync is spent on parity.
-            write_listed_prev(db, w, prev)?;
-            w.batch.keep_last();
+            write_listed_prev(db, st, prev)?;
+            st.batch.keep_last();
             deferred = true;
         }
-        Durability::Sync if two_step_possible(db, w, prev, meta.txid) => {
-            write_listed_prev_then(db, w, prev, meta)?;
+        Durability::Sync if two_step_possible(db, st, prev, meta.txid) => {
+            write_listed_prev_then(db, st, prev, meta)?;
         }
         Durability::Async => {}
         Durability::Sync | Durability::NoMetaSync => {
-            sync_data(db, w)?;
-            write_meta_keeping_fallback(db, w, prev, meta)?;
+            sync_data(db, st)?;
+            write_meta_keeping_fallback(db, st, prev, meta)?;
             if d == Durability::Sync {
                 db.pager.sync()?;
-                w.durable = meta.txid;
-                db.trim_file(meta.high_water);
+                st.durable = meta.txid;
             } else {
-                w.meta_unsynced = Some(meta.txid);
-                w.batch.break_off();
+                st.meta_unsynced = Some(meta.txid);
+                st.batch.break_off();
             }
         }
     }
-    w.previous = prev;
-    w.committed = meta;
-    if w.durable == meta.txid {
-        w.batch.reset();
+    st.previous = prev;
+    st.committed = meta;
+    if st.durable == meta.txid {
+        st.batch.reset();
     }
-    db.note_durable(w.durable);
+    db.note_durable(st.durable);
     Ok(deferred)
 }
 
 /// One fdatasync can make `txid` durable when recovery can check every page written since the
 /// last durable commit (the batch lists them, and no meta was written since it) and fall back
 /// to that commit, whose meta slot `txid` does not overwrite.
-fn one_fsync_possible(db: &Inner, w: &WriterState, txid: crate::TxId) -> bool {
+fn one_fsync_possible(db: &Inner, st: &DurableState, txid: crate::TxId) -> bool {
     db.opts.one_fsync
-        && !w.batch.broken
-        && !w.batch.objects.is_empty()
-        && w.meta_unsynced.is_none()
-        && w.meta_written == w.durable
-        && txid % 2 != w.durable % 2
-        && fits(db, w, txid, w.batch.runs().len())
+        && !st.batch.broken
+        && !st.batch.objects.is_empty()
+        && st.meta_unsynced.is_none()
+        && st.meta_written == st.durable
+        && txid % 2 != st.durable % 2
+        && fits(db, st, txid, st.batch.runs().len())
 }
 
 /// A manifest of `runs` fits the meta page of `txid` (with txids when it lists more than one
 /// commit).
-fn fits(db: &Inner, w: &WriterState, txid: crate::TxId, runs: usize) -> bool {
+fn fits(db: &Inner, st: &DurableState, txid: crate::TxId, runs: usize) -> bool {
     let ps = db.pager.page_size();
-    runs <= if txid == w.durable + 1 {
+    runs <= if txid == st.durable + 1 {
         larch_pager::manifest_capacity(ps)
     } else {
         larch_pager::manifest_batch_capacity(ps)
@@ -299,96 +350,93 @@ fn fits(db: &Inner, w: &WriterState, txid: crate::TxId, runs: usize) -> bool {
 /// When `txid` would overwrite the durable meta's slot: the commit before it can take the
 /// other slot with one fdatasync (listing the batch as it was then), after which `txid`'s
 /// pages are synced too and its meta needs one more. Two fdatasyncs instead of three.
-fn two_step_possible(db: &Inner, w: &WriterState, prev: Meta, txid: crate::TxId) -> bool {
+fn two_step_possible(db: &Inner, st: &DurableState, prev: Meta, txid: crate::TxId) -> bool {
     db.opts.one_fsync
-        && !w.batch.broken
-        && w.meta_unsynced.is_none()
-        && w.meta_written == w.durable
-        && txid % 2 == w.durable % 2
+        && !st.batch.broken
+        && st.meta_unsynced.is_none()
+        && st.meta_written == st.durable
+        && txid % 2 == st.durable % 2
         && prev.txid + 1 == txid
-        && prev.txid > w.durable
+        && prev.txid > st.durable
         && {
-            let runs = w.batch.runs_before_last().len();
-            runs > 0 && fits(db, w, prev.txid, runs)
+            let runs = st.batch.runs_before_last().len();
+            runs > 0 && fits(db, st, prev.txid, runs)
         }
 }
 
-fn write_listed_prev_then(db: &Inner, w: &mut WriterState, prev: Meta, meta: Meta) -> Result<()> {
-    write_listed_prev(db, w, prev)?;
-    w.meta_written = w.meta_written.max(meta.txid);
+fn write_listed_prev_then(db: &Inner, st: &mut DurableState, prev: Meta, meta: Meta) -> Result<()> {
+    write_listed_prev(db, st, prev)?;
+    st.meta_written = st.meta_written.max(meta.txid);
     db.pager.write_meta(&meta)?;
     db.pager.sync()?;
-    w.durable = meta.txid;
-    db.trim_file(meta.high_water);
+    st.durable = meta.txid;
     Ok(())
 }
 
 /// Meta `prev` listing the batch as it stood after `prev`, then one fdatasync (which also
 /// covers the pages of the commit after it).
-fn write_listed_prev(db: &Inner, w: &mut WriterState, prev: Meta) -> Result<()> {
+fn write_listed_prev(db: &Inner, st: &mut DurableState, prev: Meta) -> Result<()> {
     let mut p = prev;
-    p.manifest_first = if p.txid == w.durable + 1 {
+    p.manifest_first = if p.txid == st.durable + 1 {
         0
     } else {
-        w.durable + 1
+        st.durable + 1
     };
-    let runs = w.batch.runs_before_last();
-    w.meta_written = w.meta_written.max(p.txid);
+    let runs = st.batch.runs_before_last();
+    st.meta_written = st.meta_written.max(p.txid);
     db.pager.write_meta_with_manifest(&p, &runs)?;
     db.pager.sync()?;
-    w.durable = p.txid;
+    st.durable = p.txid;
     Ok(())
 }
 
 /// Write `meta` listing the batch, then one fdatasync covers pages and meta.
-fn write_listed_meta(db: &Inner, w: &mut WriterState, meta: Meta) -> Result<()> {
+fn write_listed_meta(db: &Inner, st: &mut DurableState, meta: Meta) -> Result<()> {
     let mut meta = meta;
     // Only this commit's pages: the format's plain one-fsync commit.
-    meta.manifest_first = if meta.txid == w.durable + 1 {
+    meta.manifest_first = if meta.txid == st.durable + 1 {
         0
     } else {
-        w.durable + 1
+        st.durable + 1
     };
-    let runs = w.batch.runs();
-    w.meta_written = w.meta_written.max(meta.txid);
+    let runs = st.batch.runs();
+    st.meta_written = st.meta_written.max(meta.txid);
     db.pager.write_meta_with_manifest(&meta, &runs)?;
     db.pager.sync()?;
-    w.durable = meta.txid;
-    db.trim_file(meta.high_water);
+    st.durable = meta.txid;
     Ok(())
 }
 
 /// Make the newest commit durable (`Db::sync`, close).
-pub(crate) fn sync_all(db: &Inner, w: &mut WriterState) -> Result<()> {
-    let r = sync_all_inner(db, w);
-    db.note_durable(w.durable);
+pub(crate) fn sync_all(db: &Inner, st: &mut DurableState) -> Result<()> {
+    let r = sync_all_inner(db, st);
+    db.note_durable(st.durable);
     r
 }
 
-fn sync_all_inner(db: &Inner, w: &mut WriterState) -> Result<()> {
-    if w.committed.txid == w.durable {
+fn sync_all_inner(db: &Inner, st: &mut DurableState) -> Result<()> {
+    if st.committed.txid == st.durable {
         return Ok(());
     }
-    let meta = w.committed;
-    if one_fsync_possible(db, w, meta.txid) {
-        write_listed_meta(db, w, meta).inspect_err(|_| w.batch.break_off())?;
-        w.batch.reset();
+    let meta = st.committed;
+    if one_fsync_possible(db, st, meta.txid) {
+        write_listed_meta(db, st, meta).inspect_err(|_| st.batch.break_off())?;
+        st.batch.reset();
         return Ok(());
     }
-    let prev = w.previous;
-    if two_step_possible(db, w, prev, meta.txid) {
-        write_listed_prev_then(db, w, prev, meta).inspect_err(|_| w.batch.break_off())?;
-        w.batch.reset();
+    let prev = st.previous;
+    if two_step_possible(db, st, prev, meta.txid) {
+        write_listed_prev_then(db, st, prev, meta).inspect_err(|_| st.batch.break_off())?;
+        st.batch.reset();
         return Ok(());
     }
-    sync_data(db, w)?;
-    if w.committed.txid != w.durable {
-        let (prev, meta) = (w.previous, w.committed);
-        write_meta_keeping_fallback(db, w, prev, meta)?;
+    sync_data(db, st)?;
+    if st.committed.txid != st.durable {
+        let (prev, meta) = (st.previous, st.committed);
+        write_meta_keeping_fallback(db, st, prev, meta)?;
         db.pager.sync()?;
-        w.durable = meta.txid;
-        db.trim_file(meta.high_water);
+        st.durable = meta.txid;
     }
-    w.batch.reset();
+    st.batch.reset();
     Ok(())
 }

@@ -68,6 +68,7 @@ pub struct Options {
     pub(crate) compaction_min_bytes: u64,
     pub(crate) one_fsync: bool,
     pub(crate) group_commit: bool,
+    pub(crate) fall_back_on_damage: bool,
 }
 
 impl Default for Options {
@@ -85,6 +86,7 @@ impl Default for Options {
             compaction_min_bytes: 4 << 20,
             one_fsync: true,
             group_commit: true,
+            fall_back_on_damage: false,
         }
     }
 }
@@ -165,6 +167,17 @@ impl Options {
     /// `Sync` commit syncs before it releases the writer lock.
     pub fn group_commit(mut self, on: bool) -> Self {
         self.group_commit = on;
+        self
+    }
+    /// Recovery: when the newest commit is known to have been durable (the file was closed
+    /// cleanly after it) but the pages its meta lists no longer verify, open at the commit
+    /// before it instead of failing with [`crate::Error::Corrupt`]. That discards the damaged
+    /// commit; [`crate::Db::check_report`] and `stats().discarded` say which and why. Off by
+    /// default: a torn commit (a crash before it was durable) falls back on its own, damage
+    /// to a durable one is reported, never silently absorbed (docs/format.md, "Torn or
+    /// damaged"). `larch check --fall-back` uses it read-only.
+    pub fn fall_back_on_damage(mut self, on: bool) -> Self {
+        self.fall_back_on_damage = on;
         self
     }
     /// Smallest file that threshold compaction considers (default 4 MiB).

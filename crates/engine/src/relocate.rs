@@ -131,7 +131,7 @@ impl Db {
                 tx.relocate_all(limit)?;
             }
             tx.commit()?;
-            let now = self.inner().writer.lock().committed.high_water;
+            let now = self.inner().durability.lock().committed.high_water;
             if !fragmented && now >= last_hwm {
                 break;
             }

@@ -171,7 +171,12 @@ impl Db {
                     waiting.filter(|&(t, _, _)| t > o).map(|(_, _, n)| n).sum()
                 });
                 let pending = w.free.pending_pages() + w.reader_pinned.len();
-                (w.durable, w.free.free_pages(), pending, pinned)
+                (
+                    rx.core().durability.lock().durable,
+                    w.free.free_pages(),
+                    pending,
+                    pinned,
+                )
             }
             None => (meta.txid, meta.unreachable_pages, 0, 0),
         };
@@ -182,12 +187,14 @@ impl Db {
             txid: meta.txid,
             durable_txid: durable,
             other_meta_txid: opened.other.as_ref().ok().map(|m| m.txid),
-            meta_fallback: opened.other_damaged.then(|| {
-                format!(
-                    "the other meta page is damaged ({}); opened at txid {}",
-                    opened.other.as_ref().err().cloned().unwrap_or_default(),
-                    opened.current.txid
-                )
+            meta_fallback: opened.discarded.clone().or_else(|| {
+                opened.other_damaged.then(|| {
+                    format!(
+                        "the other meta page is damaged ({}); opened at txid {}",
+                        opened.other.as_ref().err().cloned().unwrap_or_default(),
+                        opened.current.txid
+                    )
+                })
             }),
             file_bytes: rx.core().pager.file_len(),
             high_water: meta.high_water,

@@ -90,6 +90,9 @@ pub struct WriteTx<'db> {
     /// give back any free tail of the file however short.
     pub(crate) compacting: bool,
     done: bool,
+    /// The newest meta open could pick after a crash, as of `begin` (it only grows: a page
+    /// classified against an older value is re-checked when released, unpinned.rs).
+    on_disk: TxId,
 }
 
 impl std::fmt::Debug for WriteTx<'_> {
@@ -123,13 +126,25 @@ impl<'db> WriteTx<'db> {
         // Pages freed by T may be overwritten once no reader is older than T and T is durable
         // (docs/format.md, invariant 1).
         let readers_safe = oldest.unwrap_or(base.meta.txid);
+        let (on_disk, unwritable_below, durable) = {
+            let st = db.durability.lock();
+            // Pages freed by the newest commit C are in the tree of the commit before it,
+            // whose meta a later `Db::sync`, close or group commit still writes when C's slot
+            // parity equals the durable one's (durability.rs, `write_meta_keeping_fallback`):
+            // they wait until C is durable or no longer the newest (docs/format.md, "What a
+            // transaction that does not commit may write").
+            let below = if st.committed.txid > st.durable {
+                st.committed.txid - 1
+            } else {
+                st.committed.txid
+            };
+            (st.on_disk(), below, st.durable)
+        };
         // A page written after every meta that open could pick is in none of their trees.
-        let on_disk = w.meta_written.max(w.durable);
         let w_ref = &mut *w;
         w_ref
             .reader_pinned
-            .release(readers_safe, on_disk, &mut w_ref.free);
-        let durable = w.durable;
+            .release(readers_safe.min(unwritable_below), on_disk, &mut w_ref.free);
         w.free.release(readers_safe.min(durable));
         let meta = base.meta;
         let limits = Limits::new(meta.page_size as usize);
@@ -154,6 +169,7 @@ impl<'db> WriteTx<'db> {
             durability: handle.opts.durability,
             compacting: false,
             done: false,
+            on_disk,
             w,
         })
     }
@@ -229,7 +245,7 @@ impl<'db> WriteTx<'db> {
     /// wrote them.
     pub(crate) fn free_written(&mut self, p: PageId, n: u64, written: TxId) {
         // Written after the last durable commit: only readers can reach it (unpinned.rs).
-        if written > self.w.meta_written.max(self.w.durable) {
+        if written > self.on_disk {
             self.w.reader_pinned.add(self.txid, p, n, written);
             self.undo.push(Undo::ReaderFreed(p, n));
         } else {
@@ -461,13 +477,13 @@ impl<'db> WriteTx<'db> {
             manifest_runs: 0,
             manifest_crc: 0,
             manifest_first: 0,
-            manifest_content: 0,
+            closed_at: 0,
+            closed_at_crc: 0,
         };
         // 3. Write every dirty page.
         let manifest = self.write_dirty_pages()?;
         // 4. Durability.
         let durability = self.durability;
-        let prev = self.w.committed;
         let freed: Vec<(PageId, u64)> = self
             .undo
             .iter()
@@ -476,15 +492,15 @@ impl<'db> WriteTx<'db> {
                 _ => None,
             })
             .collect();
-        let deferred = crate::durability::commit_meta(
-            &self.db,
-            &mut self.w,
-            prev,
-            meta,
-            durability,
-            &freed,
-            &manifest,
-        )?;
+        let deferred = {
+            let mut st = self.db.durability.lock();
+            let deferred = crate::durability::commit_meta(
+                &self.db, &mut st, meta, durability, &freed, &manifest,
+            )?;
+            // This transaction's writes are done: the file may shrink to a durable mark.
+            self.db.trim_to_durable(&st);
+            deferred
+        };
         // 5. Publish.
         self.undo.clear();
         self.db.publish(meta);
@@ -494,7 +510,7 @@ impl<'db> WriteTx<'db> {
     /// Lower the high-water mark over a run of reusable pages at the end of the file. Only
     /// runs worth it (1/32 of the file, at least 16 pages) unless compacting, so a file that
     /// breathes does not shrink and regrow on every commit. The file itself is truncated once
-    /// a meta with the lower mark is durable (`Inner::trim_file`).
+    /// a meta with the lower mark is durable (`Inner::trim_to_durable`).
     fn shrink_free_tail(&mut self) {
         let tail = self.w.free.policy.tail_run(self.hwm);
         let worth = if self.compacting {

@@ -88,7 +88,7 @@ impl fmt::Display for PagerError {
             }
             PagerError::Poisoned { path } => write!(
                 f,
-                "{}: an earlier sync failed, so pages written since the last good sync cannot be trusted; reopen the database",
+                "{}: an earlier sync or meta write failed, so what the file holds since the last good sync is unknown; reopen the database",
                 path.display()
             ),
             PagerError::ReadOnly { path } => {

@@ -22,9 +22,8 @@ mod storage;
 pub use error::{PagerError, Result};
 pub use map::{Advice, Map};
 pub use meta::{
-    manifest_batch_capacity, manifest_capacity, manifest_content, node_run_checksum, ManifestRun,
-    Meta, MetaSlot, TreeRoot, FORMAT_VERSION, MAGIC, MANIFEST_BATCH_RUN_SIZE, MANIFEST_RUN_SIZE,
-    META_SIZE,
+    manifest_batch_capacity, manifest_capacity, node_run_checksum, ManifestRun, Meta, MetaSlot,
+    TreeRoot, FORMAT_VERSION, MAGIC, MANIFEST_BATCH_RUN_SIZE, MANIFEST_RUN_SIZE, META_SIZE,
 };
 pub use page::{
     page_checksum, raw_page_type, run_checksum, set_page_checksum, set_run_checksum,

@@ -14,17 +14,20 @@
 //! 96     4    manifest runs (0: a two-sync commit, nothing to verify)
 //! 100    4    crc32 of the manifest runs
 //! 104    8    oldest txid whose pages the manifest lists (0: only this meta's txid)
-//! 112    4    content checksum: crc32 of the stored checksums of every listed object, in order
-//! 116    8    reserved, zero
+//! 112    8    closed at: txid of the other slot's meta when the file was closed cleanly
+//!             right after it became durable (0: no such close)
+//! 120    4    crc32 of that meta (bytes 124..128 of the other slot)
 //! 124    4    crc32 of bytes 0..124
-//! 128    12n  manifest: first page u64 | pages u32 (high bit: one overflow run, else n node pages)
-//!        20n  ... or, when offset 104 is not 0: the same and the txid that wrote them u64
+//! 128    16n  manifest: first page u64 | pages u32 (high bit: one overflow run, else n node
+//!             pages) | checksum u32 (the overflow run's stored checksum, or crc32 of the n
+//!             node pages' stored checksums, little-endian, in page order)
+//!        24n  ... or, when offset 104 is not 0: the same and the txid that wrote them u64
 //! ```
 //! Commit T writes slot T % 2; open takes the valid meta with the highest txid. A one-fsync
 //! commit lists in its manifest every page it wrote, so recovery can check they all reached
 //! the disk (docs/format.md, "One-fsync commit"); when it also makes earlier Async commits
 //! durable, it lists their pages that its tree still holds, and the oldest of their txids.
-//! The content checksum binds the manifest to what was written, not only to who wrote it: a
+//! Each run's checksum binds the manifest to what was written, not only to who wrote it: a
 //! page left by an aborted attempt, or by a commit lost in an earlier crash, can carry the
 //! same txid and a valid checksum of its own, but not the checksum the commit wrote.
 
@@ -98,9 +101,12 @@ pub struct Meta {
     /// Oldest txid whose pages the manifest lists (a commit that also makes earlier Async
     /// commits durable); 0 means only this meta's txid.
     pub manifest_first: TxId,
-    /// crc32 over the stored checksum (little-endian u32) of every object the manifest lists,
-    /// in manifest order: a node page's header checksum, an overflow run's.
-    pub manifest_content: u32,
+    /// Written at a clean close into the older meta: the newer meta (its txid and checksum)
+    /// was durable when the file was closed, so a manifest of it that does not verify is
+    /// damage, not a torn commit (docs/format.md, "Torn or damaged"). 0 when not closed so.
+    pub closed_at: TxId,
+    /// The checksum of the meta `closed_at` names.
+    pub closed_at_crc: u32,
 }
 
 /// What a one-fsync commit wrote: `pages` node pages from `start`, or one overflow run.
@@ -114,14 +120,13 @@ pub struct ManifestRun {
     pub overflow: bool,
     /// The commit that wrote it; 0 in a plain one-fsync manifest (the meta's own txid).
     pub txid: TxId,
-    /// What was written (not stored per run; folded into [`Meta::manifest_content`]): an
-    /// overflow run's stored checksum, or [`node_run_checksum`] of its pages' checksums. 0 as
-    /// decoded from a meta page.
+    /// What was written: an overflow run's stored checksum, or [`node_run_checksum`] of its
+    /// pages' stored checksums.
     pub checksum: u32,
 }
 
-/// The checksum a run of node pages contributes to [`Meta::manifest_content`]: crc32 over each
-/// page's stored checksum, little-endian, in page order.
+/// The manifest checksum of a run of node pages: crc32 over each page's stored checksum,
+/// little-endian, in page order.
 pub fn node_run_checksum(page_checksums: impl IntoIterator<Item = u32>) -> u32 {
     let mut h = crc32fast::Hasher::new();
     for c in page_checksums {
@@ -130,15 +135,10 @@ pub fn node_run_checksum(page_checksums: impl IntoIterator<Item = u32>) -> u32 {
     h.finalize()
 }
 
-/// [`Meta::manifest_content`] of runs whose `checksum`s are known: crc32 over each, in order.
-pub fn manifest_content(run_checksums: impl IntoIterator<Item = u32>) -> u32 {
-    node_run_checksum(run_checksums)
-}
-
 /// Bytes of one manifest run.
-pub const MANIFEST_RUN_SIZE: usize = 12;
+pub const MANIFEST_RUN_SIZE: usize = 16;
 /// Bytes of one run in a manifest that lists several commits' pages (with their txids).
-pub const MANIFEST_BATCH_RUN_SIZE: usize = 20;
+pub const MANIFEST_BATCH_RUN_SIZE: usize = 24;
 const OVERFLOW_BIT: u32 = 1 << 31;
 
 impl ManifestRun {
@@ -146,8 +146,9 @@ impl ManifestRun {
         b[0..8].copy_from_slice(&self.start.to_le_bytes());
         let n = self.pages | if self.overflow { OVERFLOW_BIT } else { 0 };
         b[8..12].copy_from_slice(&n.to_le_bytes());
+        b[12..16].copy_from_slice(&self.checksum.to_le_bytes());
         if b.len() >= MANIFEST_BATCH_RUN_SIZE {
-            b[12..20].copy_from_slice(&self.txid.to_le_bytes());
+            b[16..24].copy_from_slice(&self.txid.to_le_bytes());
         }
     }
     fn decode(b: &[u8]) -> ManifestRun {
@@ -156,14 +157,14 @@ impl ManifestRun {
         let n = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
         let mut t = [0u8; 8];
         if b.len() >= MANIFEST_BATCH_RUN_SIZE {
-            t.copy_from_slice(&b[12..20]);
+            t.copy_from_slice(&b[16..24]);
         }
         ManifestRun {
             start: u64::from_le_bytes(s),
             pages: n & !OVERFLOW_BIT,
             overflow: n & OVERFLOW_BIT != 0,
             txid: u64::from_le_bytes(t),
-            checksum: 0,
+            checksum: u32::from_le_bytes([b[12], b[13], b[14], b[15]]),
         }
     }
 }
@@ -230,7 +231,8 @@ impl Meta {
             manifest_runs: 0,
             manifest_crc: 0,
             manifest_first: 0,
-            manifest_content: 0,
+            closed_at: 0,
+            closed_at_crc: 0,
         }
     }
 
@@ -247,11 +249,6 @@ impl Meta {
         }
         meta.manifest_runs = manifest.len() as u32;
         meta.manifest_crc = crc32fast::hash(&page[META_SIZE..end]);
-        meta.manifest_content = if manifest.is_empty() {
-            0
-        } else {
-            manifest_content(manifest.iter().map(|r| r.checksum))
-        };
         page[..META_SIZE].copy_from_slice(&meta.encode());
         page
     }
@@ -271,6 +268,12 @@ impl Meta {
         Ok(bytes.chunks_exact(size).map(ManifestRun::decode).collect())
     }
 
+    /// The checksum stored in an encoded meta (bytes 124..128).
+    pub fn stored_crc(b: &[u8]) -> Option<u32> {
+        let c = b.get(CRC_AT..CRC_AT + 4)?;
+        Some(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    }
+
     /// Encode into the first [`META_SIZE`] bytes, crc last.
     pub fn encode(&self) -> [u8; META_SIZE] {
         let mut b = [0u8; META_SIZE];
@@ -286,7 +289,8 @@ impl Meta {
         b[96..100].copy_from_slice(&self.manifest_runs.to_le_bytes());
         b[100..104].copy_from_slice(&self.manifest_crc.to_le_bytes());
         b[104..112].copy_from_slice(&self.manifest_first.to_le_bytes());
-        b[112..116].copy_from_slice(&self.manifest_content.to_le_bytes());
+        b[112..120].copy_from_slice(&self.closed_at.to_le_bytes());
+        b[120..124].copy_from_slice(&self.closed_at_crc.to_le_bytes());
         let crc = crc32fast::hash(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -338,7 +342,8 @@ impl Meta {
             manifest_runs: u32_at(96),
             manifest_crc: u32_at(100),
             manifest_first: u64_at(104),
-            manifest_content: u32_at(112),
+            closed_at: u64_at(112),
+            closed_at_crc: u32_at(120),
         };
         let capacity = if meta.manifest_first == 0 {
             manifest_capacity(page_size as usize)
@@ -391,7 +396,8 @@ mod tests {
             manifest_runs: 0,
             manifest_crc: 0,
             manifest_first: 5,
-            manifest_content: 7,
+            closed_at: 6,
+            closed_at_crc: 0x1234_5678,
         };
         let b = m.encode();
         assert_eq!(Meta::decode(&b).unwrap(), m);
@@ -423,7 +429,7 @@ mod manifest_tests {
                 pages: 17,
                 overflow: true,
                 txid: 0,
-                checksum: 0,
+                checksum: 0xdead_beef,
             },
         ];
         let page = m.encode_page(&runs, 4096);
@@ -436,7 +442,7 @@ mod manifest_tests {
             let meta = Meta::decode(&torn).unwrap();
             assert!(meta.manifest(&torn).is_err(), "flip at {at} not detected");
         }
-        assert_eq!(manifest_capacity(4096), 330);
+        assert_eq!(manifest_capacity(4096), 248);
     }
 
     #[test]
@@ -464,6 +470,6 @@ mod manifest_tests {
         let back = Meta::decode(&page).unwrap();
         assert_eq!(back.manifest_first, 9);
         assert_eq!(back.manifest(&page).unwrap(), runs);
-        assert_eq!(manifest_batch_capacity(4096), 198);
+        assert_eq!(manifest_batch_capacity(4096), 165);
     }
 }

@@ -30,6 +30,10 @@ pub struct PagerOptions {
     pub read_only: bool,
     /// Create the file if it does not exist.
     pub create: bool,
+    /// When the newest commit was durable (the file was closed cleanly after it) but its
+    /// pages no longer verify, open at the commit before it instead of failing, and say what
+    /// was discarded in [`OpenedMetas::discarded`].
+    pub fall_back_on_damage: bool,
 }
 
 impl Default for PagerOptions {
@@ -40,6 +44,7 @@ impl Default for PagerOptions {
             advice: Advice::default(),
             read_only: false,
             create: true,
+            fall_back_on_damage: false,
         }
     }
 }
@@ -54,6 +59,9 @@ pub struct OpenedMetas {
     /// True when the other slot holds something that is neither a valid meta nor a never
     /// written (all-zero) page, i.e. open had to ignore a damaged or torn meta.
     pub other_damaged: bool,
+    /// A durable commit that open skipped because its pages are damaged (only with
+    /// [`PagerOptions::fall_back_on_damage`]): what it was and why.
+    pub discarded: Option<String>,
 }
 
 /// One open database file.
@@ -135,7 +143,7 @@ impl Pager {
             Err(e) => return Err(PagerError::io("flock", path, e)),
         }
         let file_len = storage.len().map_err(|e| PagerError::io("stat", path, e))?;
-        let metas = read_metas(path, storage.file(), file_len)?;
+        let metas = read_metas(path, storage.file(), file_len, opts.fall_back_on_damage)?;
         let page_size = metas.current.page_size as usize;
         if !opts.read_only {
             // What we read may sit only in the page cache (a process that crashed before its
@@ -214,7 +222,7 @@ impl Pager {
             .fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    /// Has a sync failed on this handle?
+    /// Has a sync or a meta write failed on this handle?
     pub fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::Acquire)
     }
@@ -289,9 +297,57 @@ impl Pager {
         let page = meta.encode_page(manifest, self.page_size);
         self.count_write(&[&page]);
         let slot = MetaSlot::for_txid(meta.txid);
-        self.storage
-            .write_at(slot.page() * self.page_size as u64, &[&page])
-            .map_err(|e| PagerError::io("write meta", &self.path, e))
+        let r = self
+            .storage
+            .write_at(slot.page() * self.page_size as u64, &[&page]);
+        if let Err(e) = r {
+            // The meta may be on disk whole, torn or not at all, and open may pick it: the
+            // writer can no longer tell which pages a fallback reaches, so, as after a failed
+            // sync, nothing more is written until the file is reopened.
+            self.poisoned.store(true, Ordering::Release);
+            return Err(PagerError::io("write meta", &self.path, e));
+        }
+        Ok(())
+    }
+
+    /// At a clean close, once commit `newest` is durable: record in the older meta slot that
+    /// it was (its txid and checksum), then sync, so that open treats a later manifest
+    /// mismatch of `newest` as damage rather than a torn commit (docs/format.md, "Torn or
+    /// damaged"). Nothing to do when the older slot does not hold a valid older meta.
+    pub fn mark_closed_at(&self, newest: crate::TxId) -> Result<()> {
+        self.check_writable()?;
+        let ps = self.page_size as u64;
+        let newest_slot = MetaSlot::for_txid(newest).page();
+        let older_slot = 1 - newest_slot;
+        let file = self.storage.file();
+        let read = |what, buf: &mut [u8], at: u64| {
+            file.read_exact_at(buf, at)
+                .map_err(|e| PagerError::io(what, &self.path, e))
+        };
+        let mut newer = vec![0u8; META_SIZE];
+        read("read meta", &mut newer, newest_slot * ps)?;
+        let crc = match Meta::decode(&newer) {
+            Ok(m) if m.txid == newest => Meta::stored_crc(&newer).unwrap_or(0),
+            _ => return Ok(()),
+        };
+        let mut page = vec![0u8; self.page_size];
+        read("read meta", &mut page, older_slot * ps)?;
+        let mut older = match Meta::decode(&page) {
+            Ok(m) if m.txid < newest && m.page_size as usize == self.page_size => m,
+            _ => return Ok(()),
+        };
+        if older.closed_at == newest && older.closed_at_crc == crc {
+            return Ok(());
+        }
+        older.closed_at = newest;
+        older.closed_at_crc = crc;
+        page[..META_SIZE].copy_from_slice(&older.encode());
+        self.count_write(&[&page]);
+        if let Err(e) = self.storage.write_at(older_slot * ps, &[&page]) {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(PagerError::io("write meta", &self.path, e));
+        }
+        self.sync()
     }
 
     /// Make every write so far durable. A failure poisons the handle: the kernel may have
@@ -314,7 +370,12 @@ fn reservation(len: u64) -> usize {
 }
 
 /// Read both meta slots and choose the valid one with the highest txid.
-fn read_metas(path: &Path, file: &File, file_len: u64) -> Result<OpenedMetas> {
+fn read_metas(
+    path: &Path,
+    file: &File,
+    file_len: u64,
+    fall_back_on_damage: bool,
+) -> Result<OpenedMetas> {
     let not_db = |reason: String| PagerError::NotADatabase {
         path: path.to_path_buf(),
         reason,
@@ -343,7 +404,9 @@ fn read_metas(path: &Path, file: &File, file_len: u64) -> Result<OpenedMetas> {
             )),
         }
     };
-    let zero = Meta::decode(&read(0)?).and_then(check_len);
+    let raw0 = read(0)?;
+    let zero = Meta::decode(&raw0).and_then(check_len);
+    let mut raw1 = Vec::new();
     // Slot 1 sits one page in; if slot 0 cannot tell the page size, try every size and accept
     // a meta only where its own page size puts it.
     let mut one = Err("meta page 1 is missing".to_string());
@@ -355,7 +418,8 @@ fn read_metas(path: &Path, file: &File, file_len: u64) -> Result<OpenedMetas> {
             .collect(),
     };
     for ps in sizes {
-        let cand = Meta::decode(&read(ps as u64)?).and_then(|m| {
+        let raw = read(ps as u64)?;
+        let cand = Meta::decode(&raw).and_then(|m| {
             if m.page_size as usize == ps {
                 Ok(m)
             } else {
@@ -369,14 +433,64 @@ fn read_metas(path: &Path, file: &File, file_len: u64) -> Result<OpenedMetas> {
         let found = cand.is_ok();
         if found || one.is_err() {
             one = cand;
+            raw1 = raw;
         }
         if found {
             break;
         }
     }
     // A one-fsync commit's meta is only as good as the pages it lists: verify them.
-    let zero = zero.and_then(|m| verify_manifest(file, file_len, &m, 0));
-    let one = one.and_then(|m| verify_manifest(file, file_len, &m, m.page_size as u64));
+    let (zero_decoded, one_decoded) = (zero.clone(), one.clone());
+    let txid_of = |m: &std::result::Result<Meta, String>| m.as_ref().map_or(0, |m| m.txid);
+    let (zero_txid, one_txid) = (txid_of(&zero), txid_of(&one));
+    let verify = |m: Meta, offset: u64| {
+        verify_manifest(file, file_len, &m, offset).map_err(|u| (u.page, u.reason))
+    };
+    let torn = |txid: u64, why: &str| format!("commit {txid} did not fully reach the disk: {why}");
+    let zero_verified = zero.map_err(|e| (None, e)).and_then(|m| verify(m, 0));
+    let one_verified = one
+        .map_err(|e| (None, e))
+        .and_then(|m| verify(m, m.page_size as u64));
+    // Torn or damaged (docs/format.md): a newest commit whose pages do not verify was cut
+    // short by a crash, unless the older meta records a clean close right after it, which
+    // proves it was durable: then its pages were damaged since.
+    let mut discarded = None;
+    for (newer, verified, raw, older) in [
+        (&zero_decoded, &zero_verified, &raw0, &one_decoded),
+        (&one_decoded, &one_verified, &raw1, &zero_decoded),
+    ] {
+        let (Ok(n), Err((page, why)), Ok(o)) = (newer, verified, older) else {
+            continue;
+        };
+        if n.txid <= o.txid
+            || o.closed_at != n.txid
+            || Meta::stored_crc(raw) != Some(o.closed_at_crc)
+        {
+            continue;
+        }
+        let reason = format!(
+            "commit {} was durable (the file was closed cleanly after it) but the pages it \
+             wrote no longer verify: {why}",
+            n.txid
+        );
+        if !fall_back_on_damage {
+            return Err(PagerError::Corrupt {
+                path: path.to_path_buf(),
+                page: page.unwrap_or(0),
+                reason: format!(
+                    "{reason}; opening at commit {} instead would discard it (the \
+                     fall-back-on-damage option, `larch check --fall-back`)",
+                    o.txid
+                ),
+            });
+        }
+        discarded = Some(format!(
+            "{reason}; opened at commit {}, discarding it",
+            o.txid
+        ));
+    }
+    let zero = zero_verified.map_err(|(p, e)| if p.is_some() { torn(zero_txid, &e) } else { e });
+    let one = one_verified.map_err(|(p, e)| if p.is_some() { torn(one_txid, &e) } else { e });
     let one_blank = is_blank(&one);
     let (current, other, other_blank) = match (zero, one) {
         (Ok(a), Ok(b)) => {
@@ -406,6 +520,7 @@ fn read_metas(path: &Path, file: &File, file_len: u64) -> Result<OpenedMetas> {
         current,
         other,
         other_damaged,
+        discarded,
     })
 }
 
@@ -461,11 +576,11 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Check that every page a one-fsync commit lists reached the disk whole: each object (a node
-/// page, or an overflow run) carries the txid that wrote it and a matching checksum, and the
-/// stored checksums of all of them, folded in manifest order, equal the meta's content
-/// checksum (so a whole page left by an aborted attempt or a lost earlier commit, which can
-/// carry the same txid, does not pass for the write the commit made). The meta at `offset` is
-/// rejected otherwise (its commit was cut short; the other meta is the fallback).
+/// page, or an overflow run) carries the txid that wrote it and a matching checksum, and each
+/// run's stored checksums match the run's checksum in the manifest (so a whole page left by
+/// an aborted attempt or a lost earlier commit, which can carry the same txid, does not pass
+/// for the write the commit made). The meta at `offset` is rejected otherwise (its commit was
+/// cut short; the other meta is the fallback).
 ///
 /// Reads one page at a time: every length comes from the file, so nothing is allocated from
 /// it (a crafted run of 2^31 pages costs reads bounded by the file, not memory).
@@ -474,38 +589,32 @@ fn verify_manifest(
     file_len: u64,
     meta: &Meta,
     offset: u64,
-) -> std::result::Result<Meta, String> {
+) -> std::result::Result<Meta, Unverified> {
     if meta.manifest_runs == 0 {
         return Ok(*meta);
     }
     let ps = meta.page_size as u64;
     let mut page = vec![0u8; ps as usize];
     file.read_exact_at(&mut page, offset)
-        .map_err(|e| format!("cannot read meta page: {e}"))?;
-    let runs = meta.manifest(&page)?;
+        .map_err(|e| Unverified::new(None, format!("cannot read meta page: {e}")))?;
+    let runs = meta.manifest(&page).map_err(|e| Unverified::new(None, e))?;
     // The commits whose writes the manifest lists: this one, or (a commit that made earlier
     // Async commits durable) every one since the last durable meta.
     let first = match meta.manifest_first {
         0 => meta.txid,
         f if f <= meta.txid => f,
         f => {
-            return Err(format!(
-                "manifest starts at txid {f}, after its meta {}",
-                meta.txid
+            return Err(Unverified::new(
+                None,
+                format!("manifest starts at txid {f}, after its meta {}", meta.txid),
             ))
         }
     };
-    let torn = |p: u64, why: &str| {
-        format!(
-            "commit {} did not fully reach the disk: page {p} {why}",
-            meta.txid
-        )
-    };
+    let torn = |p: u64, why: &str| Unverified::new(Some(p), format!("page {p} {why}"));
     let read = |p: u64, buf: &mut [u8]| {
         file.read_exact_at(buf, p * ps)
-            .map_err(|e| format!("cannot read page {p}: {e}"))
+            .map_err(|e| Unverified::new(Some(p), format!("cannot read page {p}: {e}")))
     };
-    let mut content = crc32fast::Hasher::new();
     for r in runs {
         let (p, n) = (r.start, r.pages as u64);
         let end = p
@@ -555,14 +664,27 @@ fn verify_manifest(
             }
             pages.finalize()
         };
-        content.update(&checksum.to_le_bytes());
-    }
-    if content.finalize() != meta.manifest_content {
-        return Err(format!(
-            "commit {} did not fully reach the disk: the pages it lists are whole but hold \
-             other writes than it made (content checksum mismatch)",
-            meta.txid
-        ));
+        if checksum != r.checksum {
+            return Err(torn(
+                p,
+                &format!(
+                    "(or one of pages {p}-{}) holds a whole write other than this commit's",
+                    p + n - 1
+                ),
+            ));
+        }
     }
     Ok(*meta)
+}
+
+/// Why a manifest did not verify, and the page where it failed, if one.
+struct Unverified {
+    page: Option<u64>,
+    reason: String,
+}
+
+impl Unverified {
+    fn new(page: Option<u64>, reason: String) -> Unverified {
+        Unverified { page, reason }
+    }
 }

@@ -1,4 +1,4 @@
-//! `larch check FILE [--json]`: the engine's full integrity check as a verdict and an exit
+//! `larch check FILE [--json] [--fall-back]`: the engine's full integrity check as a verdict and an exit
 //! code.
 
 use std::io::Write;
@@ -18,12 +18,17 @@ pub struct CheckArgs {
     /// Print one JSON object instead of lines.
     #[arg(long)]
     pub json: bool,
+    /// If the newest commit was durable but its pages are damaged, check the commit before
+    /// it instead, and report the newest as discarded (the check still fails).
+    #[arg(long)]
+    pub fall_back: bool,
 }
 
 /// Run `larch check`.
 pub fn run(a: CheckArgs) -> CliResult {
     let progress = Progress::spinner("check");
-    let report = crate::open::read_only(&a.file)
+    let opts = larch_engine::Options::default().fall_back_on_damage(a.fall_back);
+    let report = crate::open::read_only_with(&a.file, opts)
         .and_then(|db| db.check_report().map_err(|e| engine(&a.file, e)));
     progress.finish();
     let mut out = super::stdout();
