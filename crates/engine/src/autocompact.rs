@@ -8,9 +8,16 @@
 //! directory synced; then the handle's current file becomes the new one. A crash before the
 //! rename leaves the old file (whole); after it, the new file (whole and synced). Readers that
 //! began before the switch keep reading the old file through their own mapping.
+//!
+//! The database is its inode, not a name (tests/links.rs). `h.path` is resolved at open, so
+//! the rename never replaces a symlink. A file with more than one hard link is never switched
+//! (the other names would keep the old inode: a stale database no lock protects), and just
+//! before the rename the path must still name the handle's file; otherwise the switch is
+//! abandoned and the old file kept.
 
 use std::collections::BTreeSet;
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,6 +47,8 @@ pub(crate) struct Compaction {
     thread: Mutex<Option<JoinHandle<()>>>,
     last: Mutex<Option<std::result::Result<CompactReport, String>>>,
     completed: AtomicU64,
+    /// Compactions the threshold called for but that were not started (switch_refused).
+    refused: AtomicU64,
 }
 
 impl Compaction {
@@ -172,6 +181,16 @@ pub(crate) fn maybe_start(handle: &Arc<Handle>, inner: &Inner, w: &mut WriterSta
     {
         return;
     }
+    if c.running.load(Ordering::Acquire) {
+        return;
+    }
+    if let Some(why) = switch_refused(inner.pager.file(), &handle.path) {
+        // The copy could never be put in place: do not make it. Checked on every commit that
+        // crosses the threshold, so removing the other links lets compaction run again.
+        c.refused.fetch_add(1, Ordering::AcqRel);
+        *c.last.lock() = Some(Err(format!("not started: {why}")));
+        return;
+    }
     if c.running.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -194,6 +213,35 @@ pub(crate) fn maybe_start(handle: &Arc<Handle>, inner: &Inner, w: &mut WriterSta
     match spawned {
         Ok(t) => *c.thread.lock() = Some(t),
         Err(_) => c.finish(),
+    }
+}
+
+/// Why renaming a compacted file over `path` would not replace the database open as `file`,
+/// if it would not: the file has other hard links (they would keep the old inode, a second
+/// database no lock protects), or `path` no longer names it (replaced, moved or removed).
+fn switch_refused(file: &File, path: &Path) -> Option<String> {
+    let open = match file.metadata() {
+        Ok(m) => m,
+        Err(e) => return Some(format!("cannot stat the open file: {e}")),
+    };
+    if open.nlink() > 1 {
+        return Some(format!(
+            "{} has {} hard links; renaming a compacted file over one name would split the \
+             database into two files (Db::compact and Db::compact_to are unaffected)",
+            path.display(),
+            open.nlink()
+        ));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if (m.dev(), m.ino()) == (open.dev(), open.ino()) => None,
+        Ok(_) => Some(format!(
+            "{} no longer names this database's file (it was replaced)",
+            path.display()
+        )),
+        Err(e) => Some(format!(
+            "{} no longer names this database's file: {e}",
+            path.display()
+        )),
     }
 }
 
@@ -242,7 +290,7 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
     let mut opts = h.opts;
     opts.compaction_threshold = None;
     let storage = h.fs.storage(tmp, file, opts.write_mode);
-    let new = Db::open_with_storage(&h.path, storage, opts)?;
+    let new = Db::open_storage_at(&h.path, storage, opts, Arc::new(crate::fs::RealFs))?;
     // Catch up with commits made during the copy, while writers carry on.
     for _ in 0..CATCH_UP_ROUNDS {
         h.compaction.cancelled()?;
@@ -265,6 +313,14 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
     let before = old.pager.file_len();
     new.sync()?;
     drop((cur, base));
+    // The path must still name the old file, with no other name: else the rename would put
+    // the new file beside a live old one (or over someone else's file). A change between
+    // this check and the rename is not caught; the window is a few system calls.
+    if let Some(why) = switch_refused(old.pager.file(), &h.path) {
+        return Err(Error::Compaction(format!(
+            "switch abandoned, the old file kept: {why}"
+        )));
+    }
     h.fs.rename(tmp, &h.path)
         .map_err(|e| io_err("rename compacted file into place", &h.path, e))?;
     let dir = h
@@ -368,5 +424,13 @@ impl Db {
     /// Background compactions completed by this handle.
     pub fn compactions(&self) -> u64 {
         self.handle.compaction.completed.load(Ordering::Acquire)
+    }
+
+    /// Background compactions the threshold called for but that were not started, because
+    /// the file has other hard links or its path no longer names it (renaming a compacted
+    /// file over the path would not replace the database). [`Db::wait_for_compaction`]
+    /// returns the reason.
+    pub fn compactions_refused(&self) -> u64 {
+        self.handle.compaction.refused.load(Ordering::Acquire)
     }
 }

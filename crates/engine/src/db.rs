@@ -138,6 +138,11 @@ impl Drop for Db {
 impl Db {
     /// Open `path`, creating it if missing (unless `Options::create(false)`). Fails with a
     /// clear error if another handle has it open, or it is not a valid larch file.
+    ///
+    /// The database is the file, not the name: symlinks in `path` are resolved at open (a
+    /// missing file is created in the resolved directory; a dangling symlink is refused), and
+    /// [`Db::path`] is the resolved path. Through a symlink or any hard link, the lock keeps a
+    /// second writer out (docs/format.md, "Locking").
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         let path = path.as_ref();
         if !larch_pager::valid_page_size(opts.page_size) {
@@ -196,16 +201,8 @@ impl Db {
         storage: Box<dyn Storage>,
         opts: Options,
     ) -> Result<Db> {
-        let popts = PagerOptions {
-            page_size: opts.page_size,
-            write_mode: opts.write_mode,
-            advice: opts.advice,
-            read_only: opts.read_only,
-            create: false,
-            fall_back_on_damage: opts.fall_back_on_damage,
-        };
-        let (pager, opened) = Pager::open_storage(path.as_ref(), storage, popts)?;
-        Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
+        let path = larch_pager::resolve_path(path.as_ref())?;
+        Self::open_storage_at(&path, storage, opts, Arc::new(crate::fs::RealFs))
     }
 
     /// [`Db::open_with_storage`], with compaction's new files and directory operations going
@@ -213,6 +210,17 @@ impl Db {
     #[doc(hidden)]
     pub fn open_with_storage_and_fs(
         path: impl AsRef<Path>,
+        storage: Box<dyn Storage>,
+        opts: Options,
+        fs: Arc<dyn crate::fs::CompactionFs>,
+    ) -> Result<Db> {
+        let path = larch_pager::resolve_path(path.as_ref())?;
+        Self::open_storage_at(&path, storage, opts, fs)
+    }
+
+    /// Open `storage` as the database at `path`, taken as it is (already resolved).
+    pub(crate) fn open_storage_at(
+        path: &Path,
         storage: Box<dyn Storage>,
         opts: Options,
         fs: Arc<dyn crate::fs::CompactionFs>,
@@ -225,7 +233,7 @@ impl Db {
             create: false,
             fall_back_on_damage: opts.fall_back_on_damage,
         };
-        let (pager, opened) = Pager::open_storage(path.as_ref(), storage, popts)?;
+        let (pager, opened) = Pager::open_storage(path, storage, popts)?;
         Ok(Self::wrap_with_fs(
             Self::from_pager(pager, opened, opts)?,
             fs,
@@ -310,7 +318,8 @@ impl Db {
         }
     }
 
-    /// The file's path.
+    /// The file's path, resolved at open (absolute, no symlinks): where background compaction
+    /// puts the compacted file. Not necessarily the path `open` was given.
     pub fn path(&self) -> &Path {
         &self.handle.path
     }

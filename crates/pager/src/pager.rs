@@ -108,6 +108,9 @@ impl Pager {
         if !valid_page_size(opts.page_size) {
             return Err(PagerError::InvalidPageSize(opts.page_size));
         }
+        // The file, not the name: compaction later renames over this path (resolve_path).
+        let resolved = resolve_path(path)?;
+        let path = resolved.as_path();
         if !path.exists() {
             if opts.read_only || !opts.create {
                 return Err(PagerError::io(
@@ -171,6 +174,11 @@ impl Pager {
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The open file (for its identity: device, inode, link count).
+    pub fn file(&self) -> &File {
+        self.storage.file()
     }
 
     /// The file's page size.
@@ -568,6 +576,43 @@ fn create_file(path: &Path, page_size: usize) -> Result<()> {
     let _ = std::fs::remove_file(&tmp);
     result?;
     sync_dir(&dir).map_err(|e| PagerError::io("fsync directory", path, e))
+}
+
+/// The path a database at `path` lives at: symlinks resolved, absolute. A file that does not
+/// exist yet resolves to its canonical directory joined with its name. A dangling symlink is
+/// refused rather than followed: it usually means a database was moved or deleted, and
+/// creating an empty one at its target would hide that. Background compaction renames its new
+/// file over this path (never over a symlink, which would turn it into a regular file and
+/// leave the target stale).
+pub fn resolve_path(path: &Path) -> Result<PathBuf> {
+    let missing = match std::fs::canonicalize(path) {
+        Ok(p) => return Ok(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => e,
+        Err(e) => return Err(PagerError::io("resolve path", path, e)),
+    };
+    if let Ok(target) = std::fs::read_link(path) {
+        return Err(PagerError::io(
+            "open",
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "dangling symlink to {}, which does not exist (a database is not created through a dangling link)",
+                    target.display()
+                ),
+            ),
+        ));
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(PagerError::io("resolve path", path, missing));
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let dir = std::fs::canonicalize(dir).map_err(|e| PagerError::io("resolve path", path, e))?;
+    Ok(dir.join(name))
 }
 
 /// fsync a directory so a rename or link in it is durable.

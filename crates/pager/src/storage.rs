@@ -156,6 +156,30 @@ impl FileStorage {
         Ok(())
     }
 
+    /// Grow the file from `cur` to `len` bytes where the file system has no fallocate.
+    /// Pwrite mode extends it sparsely: a later pwrite into the hole reports ENOSPC. Mmap mode
+    /// must not leave holes (a store through the map into one on a full disk raises SIGBUS),
+    /// so it writes zeros over the new range: the blocks are allocated now and a full disk is
+    /// an error from the growth, which then shrinks the file back to `cur`.
+    fn grow_without_fallocate(&self, cur: u64, len: u64) -> io::Result<()> {
+        match self.mode {
+            WriteMode::Pwrite => self.file.set_len(len),
+            WriteMode::Mmap => {
+                let zeros = vec![0u8; (len - cur).min(1 << 20) as usize];
+                let mut off = cur;
+                while off < len {
+                    let n = (len - off).min(zeros.len() as u64) as usize;
+                    if let Err(e) = self.file.write_all_at(&zeros[..n], off) {
+                        let _ = self.file.set_len(cur);
+                        return Err(e);
+                    }
+                    off += n as u64;
+                }
+                Ok(())
+            }
+        }
+    }
+
     fn map_write(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let end = offset + total;
@@ -201,7 +225,7 @@ impl Storage for FileStorage {
             };
             match rc {
                 0 => {}
-                libc::EOPNOTSUPP | libc::EINVAL => self.file.set_len(len)?,
+                libc::EOPNOTSUPP | libc::EINVAL => self.grow_without_fallocate(cur, len)?,
                 e => return Err(io::Error::from_raw_os_error(e)),
             }
         } else if len < cur {
@@ -254,5 +278,43 @@ impl Storage for FileStorage {
 
     fn file(&self) -> &File {
         &self.file
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// The branch `set_len` takes when posix_fallocate is unsupported (EOPNOTSUPP/EINVAL):
+    /// in Mmap mode every block of the grown range is allocated, not a hole.
+    #[test]
+    fn mmap_growth_without_fallocate_allocates_every_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grow");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let s = FileStorage::new(file, WriteMode::Mmap);
+        s.file().write_all_at(&[7u8; 8192], 0).unwrap();
+        let grown = 8192 + (3 << 20) + 4096;
+        s.grow_without_fallocate(8192, grown).unwrap();
+        let m = s.file().metadata().unwrap();
+        assert_eq!(m.len(), grown);
+        assert!(
+            m.blocks() * 512 >= grown,
+            "{} bytes allocated of {grown}: the growth left holes",
+            m.blocks() * 512
+        );
+        // The old contents are kept, the new range reads as zeros, and it takes mapped writes.
+        let mut buf = vec![1u8; grown as usize];
+        s.file().read_exact_at(&mut buf, 0).unwrap();
+        assert!(buf[..8192].iter().all(|&b| b == 7));
+        assert!(buf[8192..].iter().all(|&b| b == 0));
+        s.write_at(grown - 4096, &[&[9u8; 4096]]).unwrap();
+        s.sync().unwrap();
     }
 }
