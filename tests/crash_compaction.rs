@@ -182,6 +182,7 @@ impl CompactionFs for RecordingFs {
 
 const DB: &str = "db.larch";
 const DST: &str = "copy.larch";
+const ALIAS: &str = "alias.larch";
 
 /// Everything a run recorded.
 struct Trace {
@@ -214,6 +215,12 @@ enum Mode {
 }
 
 fn run(mode: Mode, commits: u64, seed: u64) -> Trace {
+    run_via(mode, commits, seed, false)
+}
+
+/// [`run`], opening the database through a symlink `ALIAS -> DB` when `via_link` is set: the
+/// switch must then rename over `DB`, the file the link names, never over the link.
+fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
     let dir = scratch_dir();
     let path = dir.path().join(DB);
     let background = !matches!(mode, Mode::CompactTo);
@@ -239,7 +246,14 @@ fn run(mode: Mode, commits: u64, seed: u64) -> Trace {
         log: log.clone(),
     });
     let fs = Arc::new(RecordingFs { log: log.clone() });
-    let db = Db::open_with_storage_and_fs(&path, storage, opts, fs).unwrap();
+    let open_path = if via_link {
+        let alias = dir.path().join(ALIAS);
+        std::os::unix::fs::symlink(DB, &alias).unwrap();
+        alias
+    } else {
+        path.clone()
+    };
+    let db = Db::open_with_storage_and_fs(&open_path, storage, opts, fs).unwrap();
     let ops_now = || log.lock().unwrap().ops.len();
     let mut model = Model::new();
     let mut states = vec![Model::new()];
@@ -534,6 +548,25 @@ fn every_cut_of_background_compaction_leaves_the_old_or_the_new_file_whole() {
         "background (quiet): {cuts} cuts over {} ops ({} directory ops)",
         trace.ops.len(),
         dir_ops(&trace)
+    );
+}
+
+#[test]
+fn every_cut_of_background_compaction_opened_through_a_symlink_switches_the_file_it_names() {
+    let trace = run_via(Mode::BackgroundQuiet, 60, 0x7f4a_7c15, true);
+    let renamed_to = |name: &str| {
+        trace
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::Rename { to, .. } if to == name))
+            .count()
+    };
+    assert!(renamed_to(DB) >= 1, "no switch happened");
+    assert_eq!(renamed_to(ALIAS), 0, "the switch renamed over the symlink");
+    let cuts = exhaustive(&trace, "background through a symlink");
+    eprintln!(
+        "background through a symlink: {cuts} cuts over {} ops",
+        trace.ops.len()
     );
 }
 
