@@ -2,10 +2,17 @@
 //! `Storage`; for a cut after operation k we build an image a real disk could hold (everything
 //! up to the last completed sync, plus any subset of later 4 KiB blocks, some torn), open it with
 //! the real engine, and require a valid database holding exactly one committed state, no older
-//! than the last commit acknowledged as durable.
+//! than the last commit acknowledged as durable, and never one that was aborted or rolled back.
 //!
-//! Scripted workloads run exhaustively (every k, three images each); random workloads run over
-//! many seeds. `LARCH_CRASH_CASES` raises the number of random workloads (default 160, 40 cuts each).
+//! The driver (`run`) also injects storage failures (a write, sync or resize returns an
+//! error), retries failed commits, and closes and reopens the database (after a failed sync,
+//! which poisons the handle, or at random points), continuing one trace of operations so a cut
+//! can land anywhere, reopens included.
+//!
+//! Scripted workloads run exhaustively (every k, four images each; the regression scripts also
+//! every image that loses one write); random
+//! workloads run over many seeds. `LARCH_CRASH_CASES` raises the number of random workloads
+//! (default 160, 40 cuts each).
 
 mod support;
 use support::{apply, apply_some, scratch_dir, Rng};
@@ -28,14 +35,108 @@ enum IoOp {
     SetLen(u64),
 }
 
+/// Which storage call an injected fault hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FaultOn {
+    /// The write returns an error and nothing of it reaches the file.
+    Write,
+    /// The sync returns an error (the engine poisons the handle: every later call fails
+    /// until the file is reopened).
+    Sync,
+    /// Growing or shrinking the file fails.
+    SetLen,
+}
+
+/// What every `Recording` of one run shares, across closes and reopens: the trace (so its ops
+/// stay continuous and a cut can land anywhere) and the fault plan.
+#[derive(Debug, Default)]
+struct Shared {
+    ops: Mutex<Vec<IoOp>>,
+    plan: Mutex<Plan>,
+    /// (ops done when it began, what the run was doing), in order, for failure messages.
+    events: Mutex<Vec<(usize, String)>>,
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    /// The n-th call of this kind from now fails (n counts down to 1), once.
+    armed: Option<(FaultOn, u32)>,
+    /// Faults that fired since the driver last looked.
+    fired: Vec<FaultOn>,
+    /// Faults that fired in all.
+    total: usize,
+}
+
+impl Shared {
+    fn arm(&self, on: FaultOn, nth: u32) {
+        self.plan.lock().unwrap().armed = Some((on, nth.max(1)));
+    }
+
+    fn disarm(&self) {
+        self.plan.lock().unwrap().armed = None;
+    }
+
+    /// The last fault that fired since the previous call, if any.
+    fn take_fired(&self) -> Option<FaultOn> {
+        let mut p = self.plan.lock().unwrap();
+        let last = p.fired.last().copied();
+        p.fired.clear();
+        last
+    }
+
+    /// Err if the plan says this call fails.
+    fn fault(&self, on: FaultOn) -> io::Result<()> {
+        let mut p = self.plan.lock().unwrap();
+        match p.armed {
+            Some((o, n)) if o == on && n > 1 => {
+                p.armed = Some((o, n - 1));
+                Ok(())
+            }
+            Some((o, _)) if o == on => {
+                p.armed = None;
+                p.fired.push(on);
+                p.total += 1;
+                self.event(format!("injected {on:?} failure"));
+                Err(io::Error::other(format!("injected {on:?} failure")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ops.lock().unwrap().len()
+    }
+
+    fn event(&self, e: String) {
+        let at = self.len();
+        self.events.lock().unwrap().push((at, e));
+    }
+}
+
 /// A storage that applies every operation to a real file (so the engine's map sees it) and
-/// records it.
+/// records it, or fails it as the shared fault plan says (a failed write or resize changes
+/// nothing and is not recorded; a failed sync makes nothing durable and is not recorded).
 #[derive(Debug)]
 struct Recording {
     file: File,
-    ops: Arc<Mutex<Vec<IoOp>>>,
+    shared: Arc<Shared>,
     /// How long a sync takes (so concurrent writers pile up as they do on a disk).
     sync_delay: std::time::Duration,
+}
+
+impl Recording {
+    fn open(path: &Path, shared: &Arc<Shared>, sync_delay: std::time::Duration) -> Recording {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        Recording {
+            file,
+            shared: shared.clone(),
+            sync_delay,
+        }
+    }
 }
 
 impl Storage for Recording {
@@ -43,14 +144,17 @@ impl Storage for Recording {
         Ok(self.file.metadata()?.len())
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.shared.fault(FaultOn::SetLen)?;
         self.file.set_len(len)?;
-        self.ops.lock().unwrap().push(IoOp::SetLen(len));
+        self.shared.ops.lock().unwrap().push(IoOp::SetLen(len));
         Ok(())
     }
     fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.shared.fault(FaultOn::Write)?;
         let data = bufs.concat();
         self.file.write_all_at(&data, offset)?;
-        self.ops
+        self.shared
+            .ops
             .lock()
             .unwrap()
             .push(IoOp::Write { off: offset, data });
@@ -58,7 +162,8 @@ impl Storage for Recording {
     }
     fn sync(&self) -> io::Result<()> {
         std::thread::sleep(self.sync_delay);
-        self.ops.lock().unwrap().push(IoOp::Sync);
+        self.shared.fault(FaultOn::Sync)?;
+        self.shared.ops.lock().unwrap().push(IoOp::Sync);
         Ok(())
     }
     fn file(&self) -> &File {
@@ -71,22 +176,346 @@ enum Step {
     Put(&'static str, Vec<u8>, Vec<u8>),
     Del(&'static str, Vec<u8>),
     DropTree(&'static str),
+    /// Commit the transaction; if an injected fault fails it, retry its operations in a new
+    /// transaction (after reopening the file if the fault poisoned the handle).
     Commit(Durability),
+    /// Commit; if an injected fault fails it, give up (the script goes on without it).
+    TryCommit(Durability),
+    /// Abort by dropping the transaction.
     Abort,
+    /// Abort by `WriteTx::abort`.
+    AbortExplicit,
     Sync,
+    /// Close the database (drop the `Db`: the close-time sync) and reopen it on a new
+    /// `Recording` that continues the same trace.
+    Close,
     /// In-place compaction (several Sync commits, then truncation of the file).
     Compact,
+    /// The n-th call of this kind during the next commit, abort, sync, close or compaction
+    /// fails (disarmed after it if it did not fire).
+    Fail(FaultOn, u32),
 }
+
+/// Committed states by txid (txid 0: the empty database) from an op index on. A reopen after
+/// an injected failure may find an older state than the newest commit (Async ones are lost);
+/// later commits then reuse the lost ones' txids, so each reopen starts a new era holding the
+/// states up to the one it opened.
+type Era = (usize, BTreeMap<u64, Model>);
 
 /// Everything a run recorded.
 struct Trace {
     initial: Vec<u8>,
     ops: Vec<IoOp>,
-    /// Committed states by txid (txid 0: the empty database).
-    states: BTreeMap<u64, Model>,
+    /// Eras by first op, in order; the first starts at 0.
+    eras: Vec<Era>,
     /// (number of ops done when the call returned, txid, durability asked for).
     acks: Vec<(usize, u64, Durability)>,
     opts: Options,
+    /// Injected faults that fired.
+    faults: usize,
+    /// (ops done when it began, what the run was doing), for failure messages.
+    events: Vec<(usize, String)>,
+}
+
+impl Trace {
+    /// The states a cut after `k` ops may open at (if also no older than `min_durable`).
+    fn states_at(&self, k: usize) -> &BTreeMap<u64, Model> {
+        &self
+            .eras
+            .iter()
+            .rev()
+            .find(|(start, _)| *start <= k)
+            .unwrap()
+            .1
+    }
+
+    /// What the run was doing when op `k` was issued (the last few steps begun by then).
+    fn doing(&self, k: usize) -> String {
+        let i = self.events.partition_point(|(at, _)| *at < k);
+        self.events[i.saturating_sub(3)..i]
+            .iter()
+            .map(|(at, e)| format!("{e} (from op {at})"))
+            .collect::<Vec<_>>()
+            .join(", then ")
+    }
+}
+
+fn apply_step(tx: &mut larch::WriteTx<'_>, step: &Step) -> larch::Result<()> {
+    match step {
+        Step::Put(t, k, v) => tx.open_tree(t)?.insert(k, v),
+        Step::Del(t, k) => tx.open_tree(t)?.remove(k).map(drop),
+        Step::DropTree(t) => tx.delete_tree(t).map(drop),
+        other => unreachable!("not a data step: {other:?}"),
+    }
+}
+
+fn apply_model(m: &Model, steps: &[Step]) -> Model {
+    let mut m = m.clone();
+    for step in steps {
+        match step {
+            Step::Put(t, k, v) => {
+                m.entry(t.to_string())
+                    .or_default()
+                    .insert(k.clone(), v.clone());
+            }
+            Step::Del(t, k) => {
+                m.entry(t.to_string()).or_default().remove(k);
+            }
+            Step::DropTree(t) => {
+                m.remove(*t);
+            }
+            other => unreachable!("not a data step: {other:?}"),
+        }
+    }
+    m
+}
+
+/// Runs a script against the real engine through `Recording`s, keeping the model: which
+/// states were committed (per era), and what was acknowledged durable when.
+struct Driver {
+    path: PathBuf,
+    opts: Options,
+    shared: Arc<Shared>,
+    db: Option<Db>,
+    eras: Vec<Era>,
+    committed: Model,
+    last_txid: u64,
+    acks: Vec<(usize, u64, Durability)>,
+}
+
+impl Driver {
+    fn event(&self, e: String) {
+        self.shared.event(e);
+    }
+
+    fn db(&self) -> &Db {
+        self.db.as_ref().unwrap()
+    }
+
+    fn states(&mut self) -> &mut BTreeMap<u64, Model> {
+        &mut self.eras.last_mut().unwrap().1
+    }
+
+    fn fired(&self, what: &str, e: &dyn std::fmt::Display) -> FaultOn {
+        self.shared
+            .take_fired()
+            .unwrap_or_else(|| panic!("{what} failed without an injected fault: {e}"))
+    }
+
+    /// Open the file on a new `Recording` continuing the trace (retrying an open whose sync
+    /// an injected fault failed).
+    fn open(&mut self) -> Db {
+        for _ in 0..4 {
+            let storage = Recording::open(&self.path, &self.shared, std::time::Duration::ZERO);
+            match Db::open_with_storage(&self.path, Box::new(storage), self.opts) {
+                Ok(db) => return db,
+                Err(e) => {
+                    self.fired("open", &e);
+                }
+            }
+        }
+        panic!("open kept failing");
+    }
+
+    /// Drop the handle (if still open) and reopen the file. It must open at a whole committed
+    /// state no older than the last one acknowledged durable (it may be newer: a commit whose
+    /// sync failed may have reached the file, and Async or NoMetaSync ones may be lost or
+    /// kept). Open syncs the file, so that state is durable from here on, and the next
+    /// commits build on it.
+    fn reopen(&mut self) {
+        drop(self.db.take());
+        let db = self.open();
+        let k = self.shared.len();
+        let txid = db.begin_read().unwrap().txid();
+        let doing = self
+            .shared
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .take(3)
+            .rev()
+            .map(|(at, e)| format!("{e} (from op {at})"))
+            .collect::<Vec<_>>()
+            .join(", then ");
+        let min = {
+            let ops = self.shared.ops.lock().unwrap();
+            min_durable_of(&self.acks, &ops, k)
+        };
+        assert!(
+            txid >= min,
+            "reopened at txid {txid}, but txid {min} was acknowledged durable (after: {doing})"
+        );
+        let want = self
+            .states()
+            .get(&txid)
+            .unwrap_or_else(|| panic!("reopened at txid {txid}, never committed (after: {doing})"))
+            .clone();
+        db.check().unwrap_or_else(|e| {
+            panic!("reopened at txid {txid}: check failed: {e} (after: {doing})")
+        });
+        assert!(
+            normalize(&contents(&db)) == normalize(&want),
+            "reopened at txid {txid}: contents differ from what that commit held (after: {doing})"
+        );
+        let kept: BTreeMap<u64, Model> = self
+            .states()
+            .range(..=txid)
+            .map(|(t, m)| (*t, m.clone()))
+            .collect();
+        self.eras.push((k, kept));
+        self.acks.push((k, txid, Durability::Sync));
+        self.committed = want;
+        self.last_txid = txid;
+        self.db = Some(db);
+        self.event(format!("reopened at txid {txid}"));
+    }
+
+    /// One transaction of `steps` committed with `d`; on an injected failure, retried (if
+    /// `retry`) with the same operations in a new transaction.
+    fn commit(&mut self, steps: &[Step], d: Durability, retry: bool) {
+        for attempt in 0..4 {
+            let working = apply_model(&self.committed, steps);
+            let db = self.db.as_ref().unwrap();
+            let mut tx = db.begin_write().unwrap();
+            let txid = tx.txid();
+            self.event(format!(
+                "tx {txid}: {} ops, {} {d:?}{}",
+                steps.len(),
+                if retry { "commit" } else { "try to commit" },
+                if attempt > 0 { " (retry)" } else { "" }
+            ));
+            let mut failed = None;
+            for step in steps {
+                if let Err(e) = apply_step(&mut tx, step) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            let (e, reached_commit) = match failed {
+                // An overflow value is written at insert time: its write can fail.
+                Some(e) => {
+                    drop(tx);
+                    (e, false)
+                }
+                None => {
+                    tx.set_durability(d);
+                    self.eras
+                        .last_mut()
+                        .unwrap()
+                        .1
+                        .insert(txid, working.clone());
+                    match tx.commit() {
+                        Ok(()) => {
+                            self.acks.push((self.shared.len(), txid, d));
+                            self.committed = working;
+                            self.last_txid = txid;
+                            return;
+                        }
+                        Err(e) => (e, true),
+                    }
+                }
+            };
+            if self.fired("commit", &e) == FaultOn::Sync {
+                // The handle is poisoned, and the commit may or may not have reached the
+                // file: its state stays a candidate, and the reopen finds out.
+                assert!(db.begin_write().is_err(), "a failed sync did not poison");
+                self.reopen();
+            } else if reached_commit && db.begin_read().unwrap().txid() == txid {
+                // Published, then a later step failed (the sync a group-commit follower
+                // makes itself): committed, but not acknowledged.
+                self.committed = working;
+                self.last_txid = txid;
+            } else if reached_commit {
+                // Rolled back: this state must never be found.
+                self.states().remove(&txid);
+            }
+            if !retry {
+                return;
+            }
+        }
+        panic!("commit kept failing");
+    }
+
+    fn abort(&mut self, steps: &[Step], explicit: bool) {
+        let db = self.db.as_ref().unwrap();
+        let mut tx = db.begin_write().unwrap();
+        self.event(format!(
+            "tx {}: {} ops, {}",
+            tx.txid(),
+            steps.len(),
+            if explicit { "abort()" } else { "dropped" }
+        ));
+        for step in steps {
+            if let Err(e) = apply_step(&mut tx, step) {
+                self.fired("insert", &e);
+                break;
+            }
+        }
+        if explicit {
+            tx.abort();
+        } else {
+            drop(tx);
+        }
+    }
+
+    fn sync(&mut self) {
+        self.event("db.sync()".into());
+        for _attempt in 0..4 {
+            match self.db().sync() {
+                Ok(()) => {
+                    let done = self.shared.len();
+                    self.acks.push((done, self.last_txid, Durability::Sync));
+                    return;
+                }
+                Err(e) => {
+                    if self.fired("sync", &e) == FaultOn::Sync {
+                        self.reopen();
+                        return;
+                    }
+                }
+            }
+        }
+        panic!("sync kept failing");
+    }
+
+    fn close(&mut self) {
+        self.event("close".into());
+        // Dropping the last handle makes every commit durable (its errors go nowhere: the
+        // fault plan says whether one happened).
+        drop(self.db.take());
+        if self.shared.take_fired().is_none() {
+            let done = self.shared.len();
+            self.acks.push((done, self.last_txid, Durability::Sync));
+        }
+        self.reopen();
+    }
+
+    fn compact(&mut self) {
+        self.event("compact".into());
+        let r = self.db().compact();
+        if let Err(e) = &r {
+            if self.fired("compact", e) == FaultOn::Sync {
+                // Relocation commits do not change the contents; how many ran is unknown.
+                for t in self.last_txid + 1..=self.last_txid + 40 {
+                    let m = self.committed.clone();
+                    self.states().insert(t, m);
+                }
+                self.reopen();
+                return;
+            }
+        }
+        let now = self.db().begin_read().unwrap().txid();
+        for t in self.last_txid + 1..=now {
+            let m = self.committed.clone();
+            self.states().insert(t, m);
+        }
+        self.last_txid = now;
+        if r.is_ok() {
+            self.acks.push((self.shared.len(), now, Durability::Sync));
+        }
+    }
 }
 
 fn run(steps: &[Step], opts: Options) -> Trace {
@@ -94,97 +523,84 @@ fn run(steps: &[Step], opts: Options) -> Trace {
     let path = dir.path().join("db.larch");
     drop(Db::open(&path, opts).unwrap());
     let initial = std::fs::read(&path).unwrap();
-    let ops = Arc::new(Mutex::new(Vec::new()));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let db = Db::open_with_storage(
-        &path,
-        Box::new(Recording {
-            file,
-            ops: ops.clone(),
-            sync_delay: std::time::Duration::ZERO,
-        }),
-        opts,
-    )
-    .unwrap();
+    let shared = Arc::new(Shared::default());
     let mut states = BTreeMap::new();
     states.insert(0u64, Model::new());
-    let mut committed = Model::new();
-    let mut working = committed.clone();
-    let mut acks = Vec::new();
-    let mut tx = None;
-    let mut last_txid = 0;
+    let mut d = Driver {
+        path: path.clone(),
+        opts,
+        shared: shared.clone(),
+        db: None,
+        eras: vec![(0, states)],
+        committed: Model::new(),
+        last_txid: 0,
+        acks: Vec::new(),
+    };
+    d.db = Some(d.open());
+    // Data steps of the open transaction: applied when it ends (nothing else runs meanwhile).
+    let mut pending: Vec<Step> = Vec::new();
     for step in steps {
         match step {
-            Step::Put(t, k, v) => {
-                let w = tx.get_or_insert_with(|| db.begin_write().unwrap());
-                w.open_tree(t).unwrap().insert(k, v).unwrap();
-                working
-                    .entry(t.to_string())
-                    .or_default()
-                    .insert(k.clone(), v.clone());
+            Step::Put(..) | Step::Del(..) | Step::DropTree(..) => pending.push(step.clone()),
+            Step::Fail(on, n) => {
+                shared.arm(*on, *n);
+                d.event(format!("armed: {on:?} number {n} fails"));
             }
-            Step::Del(t, k) => {
-                let w = tx.get_or_insert_with(|| db.begin_write().unwrap());
-                w.open_tree(t).unwrap().remove(k).unwrap();
-                working.entry(t.to_string()).or_default().remove(k);
+            Step::Commit(dur) => d.commit(&std::mem::take(&mut pending), *dur, true),
+            Step::TryCommit(dur) => d.commit(&std::mem::take(&mut pending), *dur, false),
+            Step::Abort => d.abort(&std::mem::take(&mut pending), false),
+            Step::AbortExplicit => d.abort(&std::mem::take(&mut pending), true),
+            Step::Sync => {
+                assert!(pending.is_empty(), "script syncs with a transaction open");
+                d.sync();
             }
-            Step::DropTree(t) => {
-                let w = tx.get_or_insert_with(|| db.begin_write().unwrap());
-                w.delete_tree(t).unwrap();
-                working.remove(*t);
-            }
-            Step::Commit(d) => {
-                let mut w = tx.take().unwrap_or_else(|| db.begin_write().unwrap());
-                let txid = w.txid();
-                w.set_durability(*d);
-                states.insert(txid, working.clone());
-                w.commit().unwrap();
-                acks.push((ops.lock().unwrap().len(), txid, *d));
-                committed = working.clone();
-                last_txid = txid;
-            }
-            Step::Abort => {
-                drop(tx.take());
-                working = committed.clone();
+            Step::Close => {
+                assert!(pending.is_empty(), "script closes with a transaction open");
+                d.close();
             }
             Step::Compact => {
-                assert!(tx.is_none(), "script compacts with a transaction open");
-                db.compact().unwrap();
-                let now = db.begin_read().unwrap().txid();
-                for t in last_txid + 1..=now {
-                    states.insert(t, committed.clone());
-                }
-                last_txid = now;
-                acks.push((ops.lock().unwrap().len(), now, Durability::Sync));
-            }
-            Step::Sync => {
-                assert!(tx.is_none(), "script syncs with a transaction open");
-                db.sync().unwrap();
-                acks.push((ops.lock().unwrap().len(), last_txid, Durability::Sync));
+                assert!(
+                    pending.is_empty(),
+                    "script compacts with a transaction open"
+                );
+                d.compact();
             }
         }
+        if !matches!(
+            step,
+            Step::Put(..) | Step::Del(..) | Step::DropTree(..) | Step::Fail(..)
+        ) {
+            shared.disarm();
+        }
     }
-    drop(tx);
+    if !pending.is_empty() {
+        d.abort(&pending, false);
+    }
+    shared.disarm();
     // Leave the close-time sync out of the trace: cuts before it are the interesting ones.
-    let ops = ops.lock().unwrap().clone();
-    std::mem::forget(db);
+    let ops = shared.ops.lock().unwrap().clone();
+    drop(d.db.take());
+    let faults = shared.plan.lock().unwrap().total;
+    let events = shared.events.lock().unwrap().clone();
     Trace {
         initial,
         ops,
-        states,
-        acks,
+        eras: d.eras,
+        acks: d.acks,
         opts,
+        faults,
+        events,
     }
 }
 
 /// The oldest state a cut after `k` ops may show.
 fn min_durable(trace: &Trace, k: usize) -> u64 {
+    min_durable_of(&trace.acks, &trace.ops, k)
+}
+
+fn min_durable_of(acks: &[(usize, u64, Durability)], ops: &[IoOp], k: usize) -> u64 {
     let mut min = 0;
-    for &(done, txid, d) in &trace.acks {
+    for &(done, txid, d) in acks {
         if done > k {
             break;
         }
@@ -192,7 +608,7 @@ fn min_durable(trace: &Trace, k: usize) -> u64 {
             Durability::Sync => min = min.max(txid),
             Durability::NoMetaSync => {
                 // Durable once any later sync completed.
-                if trace.ops[done..k].iter().any(|o| matches!(o, IoOp::Sync)) {
+                if ops[done..k].iter().any(|o| matches!(o, IoOp::Sync)) {
                     min = min.max(txid);
                 }
             }
@@ -290,8 +706,9 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
     std::fs::write(&path, &img).unwrap();
     let ctx = || {
         format!(
-            "{label}: cut after {k} of {} ops, image {how:?}",
-            trace.ops.len()
+            "{label}: cut after {k} of {} ops, image {how:?} (during: {})",
+            trace.ops.len(),
+            trace.doing(k)
         )
     };
     let db = Db::open(&path, trace.opts).unwrap_or_else(|e| panic!("{}: open failed: {e}", ctx()));
@@ -306,7 +723,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
         ctx()
     );
     let want = trace
-        .states
+        .states_at(k)
         .get(&txid)
         .unwrap_or_else(|| panic!("{}: opened at txid {txid}, never committed", ctx()));
     let got = contents(&db);
@@ -348,6 +765,20 @@ fn exhaustive(label: &str, steps: &[Step], opts: Options) -> usize {
         trace.ops.len()
     );
     cuts
+}
+
+/// [`exhaustive`], then at every cut every image that loses exactly one write since the last
+/// sync; the trace, for the caller's own checks.
+fn exhaustive_losing_one(label: &str, steps: &[Step], opts: Options) -> Trace {
+    exhaustive(label, steps, opts);
+    let trace = run(steps, opts);
+    let dir = scratch_dir();
+    let mut lost = 0;
+    for k in 0..=trace.ops.len() {
+        lost += lose_one_write(&trace, k, dir.path(), &format!("{label}, one lost"));
+    }
+    eprintln!("{label}: {lost} cuts losing one write each");
+    trace
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -692,18 +1123,14 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
     let opts = Options::default();
     drop(Db::open(&path, opts).unwrap());
     let initial = std::fs::read(&path).unwrap();
-    let ops = Arc::new(Mutex::new(Vec::new()));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let storage = Box::new(Recording {
-        file,
-        ops: ops.clone(),
-        sync_delay: std::time::Duration::from_micros(300),
-    });
+    let shared = Arc::new(Shared::default());
+    let storage = Box::new(Recording::open(
+        &path,
+        &shared,
+        std::time::Duration::from_micros(300),
+    ));
     let db = Db::open_with_storage(&path, storage, opts).unwrap();
+    let ops = &shared.ops;
     // (txid, key number, ops done when the commit returned)
     let log = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -761,9 +1188,11 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
     let trace = Trace {
         initial,
         ops,
-        states,
+        eras: vec![(0, states)],
         acks,
         opts,
+        faults: 0,
+        events: Vec::new(),
     };
     let cut_dir = scratch_dir();
     let mut cuts = 0;
@@ -797,4 +1226,129 @@ fn lose_one_write(trace: &Trace, k: usize, dir: &Path, label: &str) -> usize {
         }
     }
     n
+}
+
+/// Defect 1: Async commits 2 and 3 (3 frees pages 2 wrote, which only readers pin, so the
+/// next transaction may reuse them at once), then a transaction that writes an overflow run
+/// and splits leaves and aborts, then `db.sync()` or a close. The sync makes the Async run
+/// durable with a manifest listing what 2 and 3 wrote; the aborted transaction must not
+/// have overwritten any of it (nor anything the durable fallback reaches).
+fn script_abort_after_async_commits(abort: Step, end: Step) -> Vec<Step> {
+    let mut s = Vec::new();
+    for i in 0..30 {
+        s.push(Step::Put("d", key(i), val(i, 200)));
+    }
+    s.push(Step::Commit(Durability::Sync));
+    for round in 1..=2u64 {
+        for i in 0..30 {
+            s.push(Step::Put("d", key(i), val(i + 100 * round, 200)));
+        }
+        s.push(Step::Commit(Durability::Async));
+    }
+    s.push(Step::Put("d", b"big".to_vec(), val(7, 3_000)));
+    for i in 0..60 {
+        s.push(Step::Put("d", key(1_000 + i), val(i, 300)));
+    }
+    s.push(abort);
+    s.push(end);
+    // And a commit after it, so the slot the sync wrote is overwritten in turn.
+    s.push(Step::Put("d", key(5), val(5, 40)));
+    s.push(Step::Commit(Durability::Sync));
+    s
+}
+
+/// Run every variant (each panics on its first bad cut), then fail naming every one that did,
+/// so one run shows which variants a defect reaches.
+fn every_variant(variants: Vec<(String, Box<dyn FnOnce()>)>) {
+    let mut failed = Vec::new();
+    for (label, f) in variants {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+            failed.push(label);
+        }
+    }
+    assert!(failed.is_empty(), "variants that failed: {failed:?}");
+}
+
+#[test]
+fn abort_after_async_commits_then_sync_keeps_the_fallback_intact() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    for (abort, a) in [(Step::AbortExplicit, "abort()"), (Step::Abort, "drop")] {
+        for (end, e) in [(Step::Sync, "db.sync"), (Step::Close, "close")] {
+            let label = format!("abort after async, {a}, {e}");
+            let steps = script_abort_after_async_commits(abort.clone(), end);
+            variants.push((
+                label.clone(),
+                Box::new(move || {
+                    let trace = exhaustive_losing_one(&label, &steps, Options::default());
+                    assert_eq!(trace.faults, 0);
+                }),
+            ));
+        }
+    }
+    every_variant(variants);
+}
+
+/// Defect 2: a transaction writes overflow value V1 and aborts (or fails), and the next one
+/// (the same txid, today) writes V2, as long, to the same key, and commits Sync with a
+/// manifest. An image that loses the retry's write of V2 (or any of its pages) while its meta
+/// lands must not open at state 2 holding V1 (a page the aborted attempt wrote carries the
+/// same txid and a valid checksum): it must find V2, or fall back to 1.
+fn script_retry_after(first: &[Step]) -> Vec<Step> {
+    let mut s = Vec::new();
+    for i in 0..20 {
+        s.push(Step::Put("r", key(i), val(i, 100)));
+    }
+    s.push(Step::Commit(Durability::Sync));
+    s.extend_from_slice(first);
+    s.push(Step::Put("r", b"big".to_vec(), val(22, 5_000)));
+    s.push(Step::Put("r", key(3), val(2, 100)));
+    s.push(Step::Commit(Durability::Sync));
+    s
+}
+
+#[test]
+fn a_retried_commit_never_opens_with_the_aborted_write() {
+    let v1 = [
+        Step::Put("r", b"big".to_vec(), val(11, 5_000)),
+        Step::Put("r", key(3), val(1, 100)),
+    ];
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    for (end, how) in [
+        (Step::Abort, "drop"),
+        (Step::AbortExplicit, "abort()"),
+        // Write 1 is V1's overflow run (at insert time); write 2 is the commit's first page.
+        (Step::TryCommit(Durability::Sync), "failed write"),
+    ] {
+        let mut first = Vec::new();
+        if how == "failed write" {
+            first.push(Step::Fail(FaultOn::Write, 2));
+        }
+        first.extend_from_slice(&v1);
+        first.push(end);
+        let label = format!("retry after {how}");
+        let steps = script_retry_after(&first);
+        variants.push((
+            label.clone(),
+            Box::new(move || {
+                let trace = run(&steps, Options::default());
+                assert_eq!(
+                    trace.faults,
+                    usize::from(how == "failed write"),
+                    "{label}: the fault did not fire"
+                );
+                // V1's and V2's runs: the adversary's case is a retry that reuses V1's pages.
+                let runs: Vec<u64> = trace
+                    .ops
+                    .iter()
+                    .filter_map(|o| match o {
+                        IoOp::Write { off, data } if data[0] == 3 => Some(off / 4096),
+                        _ => None,
+                    })
+                    .collect();
+                eprintln!("{label}: overflow runs written at pages {runs:?}");
+                exhaustive_losing_one(&label, &steps, Options::default());
+            }),
+        ));
+    }
+    every_variant(variants);
 }
