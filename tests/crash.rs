@@ -10,7 +10,7 @@
 //! can land anywhere, reopens included.
 //!
 //! Scripted workloads run exhaustively (every k, four images each; the regression scripts also
-//! every image that loses one write); random
+//! every image that loses one write or one page of one, or tears one meta write); random
 //! workloads run over many seeds. `LARCH_CRASH_CASES` raises the number of random workloads
 //! (default 160, 40 cuts each).
 
@@ -628,6 +628,11 @@ enum Image {
     Random(u64),
     /// Every later write but the one at this index of the trace (lost whole).
     AllBut(usize),
+    /// Every later write, the one at this index torn: only its first 64 bytes (half a meta).
+    Torn(usize),
+    /// Every later write, but one page (of the file's page size) of the multi-page write at
+    /// this index: (op index, page within the write).
+    AllButPage(usize, usize),
 }
 
 fn build_image(trace: &Trace, k: usize, how: Image) -> Vec<u8> {
@@ -654,9 +659,29 @@ fn build_image(trace: &Trace, k: usize, how: Image) -> Vec<u8> {
                 }
             }
             (IoOp::Write { off, data }, Image::Everything) => apply(&mut img, *off, data),
-            (IoOp::SetLen(len), Image::Everything | Image::AllBut(_)) => {
-                img.resize(*len as usize, 0)
+            (IoOp::Write { off, data }, Image::Torn(j)) => {
+                if durable_end + i == j {
+                    apply(&mut img, *off, &data[..64.min(data.len())])
+                } else {
+                    apply(&mut img, *off, data)
+                }
             }
+            (IoOp::Write { off, data }, Image::AllButPage(j, page)) => {
+                if durable_end + i == j {
+                    let ps = trace.opts.get_page_size();
+                    for (n, chunk) in data.chunks(ps).enumerate() {
+                        if n != page {
+                            apply(&mut img, off + (n * ps) as u64, chunk);
+                        }
+                    }
+                } else {
+                    apply(&mut img, *off, data)
+                }
+            }
+            (
+                IoOp::SetLen(len),
+                Image::Everything | Image::AllBut(_) | Image::Torn(_) | Image::AllButPage(..),
+            ) => img.resize(*len as usize, 0),
             (IoOp::Write { off, data }, Image::Random(_)) => {
                 apply_some(&mut img, *off, data, rng.as_mut().unwrap());
             }
@@ -768,16 +793,21 @@ fn exhaustive(label: &str, steps: &[Step], opts: Options) -> usize {
 }
 
 /// [`exhaustive`], then at every cut every image that loses exactly one write since the last
-/// sync; the trace, for the caller's own checks.
+/// sync, or one page of one multi-page write, and every one that tears one meta write; the
+/// trace, for the caller's own checks.
 fn exhaustive_losing_one(label: &str, steps: &[Step], opts: Options) -> Trace {
     exhaustive(label, steps, opts);
     let trace = run(steps, opts);
     let dir = scratch_dir();
-    let mut lost = 0;
+    let (mut lost, mut pages, mut torn) = (0, 0, 0);
     for k in 0..=trace.ops.len() {
         lost += lose_one_write(&trace, k, dir.path(), &format!("{label}, one lost"));
+        pages += lose_one_page(&trace, k, dir.path(), &format!("{label}, one page lost"));
+        torn += tear_one_meta(&trace, k, dir.path(), &format!("{label}, meta torn"));
     }
-    eprintln!("{label}: {lost} cuts losing one write each");
+    eprintln!(
+        "{label}: {lost} cuts losing one write each, {pages} losing one page of one, {torn} tearing one meta write"
+    );
     trace
 }
 
@@ -1222,6 +1252,54 @@ fn lose_one_write(trace: &Trace, k: usize, dir: &Path, label: &str) -> usize {
     for j in from..k {
         if matches!(trace.ops[j], IoOp::Write { .. }) {
             verify_cut(trace, k, Image::AllBut(j), dir, label);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Verify the cut after `k` ops with every image that has all writes since the last sync but
+/// one page of one multi-page write (a vectored write of a run of pages is not atomic); the
+/// number of images.
+fn lose_one_page(trace: &Trace, k: usize, dir: &Path, label: &str) -> usize {
+    let from = trace.ops[..k]
+        .iter()
+        .rposition(|o| matches!(o, IoOp::Sync))
+        .map_or(0, |i| i + 1);
+    let ps = trace.opts.get_page_size();
+    let mut n = 0;
+    for j in from..k {
+        if let IoOp::Write { data, .. } = &trace.ops[j] {
+            let pages = data.len().div_ceil(ps);
+            if pages > 1 {
+                for page in 0..pages {
+                    verify_cut(trace, k, Image::AllButPage(j, page), dir, label);
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+/// Is op `j` a write of a meta page?
+fn is_meta_write(trace: &Trace, j: usize) -> bool {
+    let ps = trace.opts.get_page_size() as u64;
+    matches!(trace.ops[j], IoOp::Write { off, .. } if off == 0 || off == ps)
+}
+
+/// Verify the cut after `k` ops with every image that has all writes since the last sync,
+/// one meta write among them torn (the fallback meta must still be there); the number of
+/// images.
+fn tear_one_meta(trace: &Trace, k: usize, dir: &Path, label: &str) -> usize {
+    let from = trace.ops[..k]
+        .iter()
+        .rposition(|o| matches!(o, IoOp::Sync))
+        .map_or(0, |i| i + 1);
+    let mut n = 0;
+    for j in from..k {
+        if is_meta_write(trace, j) {
+            verify_cut(trace, k, Image::Torn(j), dir, label);
             n += 1;
         }
     }
