@@ -1765,3 +1765,115 @@ fn a_retried_commit_never_opens_with_the_aborted_write() {
     }
     every_variant(variants);
 }
+
+/// Found by the widened generator: a transaction writes an overflow run at insert time, then
+/// frees it (the key gets another value, or is deleted) and, the pages being reusable at once,
+/// writes them again under the same txid (another overflow run, or a node page at commit).
+/// An image that loses the second write holds the first, whole, with the commit's txid and a
+/// valid checksum: the manifest check must not take it for the commit's write.
+#[test]
+fn an_overflow_run_freed_and_rewritten_in_one_transaction_is_never_taken_for_the_new_write() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    let base = || {
+        let mut s = Vec::new();
+        for i in 0..20 {
+            s.push(Step::Put("o", key(i), val(i, 100)));
+        }
+        s.push(Step::Commit(Durability::Sync));
+        s
+    };
+    // A value replaced (its first run freed), then another key's value as long: the
+    // allocation takes the freed run.
+    let replaced = |s: &mut Vec<Step>| {
+        s.push(Step::Put("o", b"big1".to_vec(), val(1, 5_000)));
+        s.push(Step::Put("o", b"big1".to_vec(), val(2, 5_000)));
+        s.push(Step::Put("o", b"big2".to_vec(), val(3, 5_000)));
+    };
+    let mut twice = base();
+    replaced(&mut twice);
+    twice.push(Step::Commit(Durability::Sync));
+    // A one-page value deleted, then leaves split onto its page (written at commit).
+    let mut deleted = base();
+    deleted.push(Step::Put("o", b"big".to_vec(), val(1, 3_000)));
+    deleted.push(Step::Del("o", b"big".to_vec()));
+    for i in 100..160 {
+        deleted.push(Step::Put("o", key(i), val(i, 300)));
+    }
+    deleted.push(Step::Commit(Durability::Sync));
+    // Inside a run of Async commits made durable by one fdatasync.
+    let mut batched = base();
+    batched.push(Step::Put("o", key(1), val(9, 100)));
+    batched.push(Step::Commit(Durability::Async));
+    replaced(&mut batched);
+    batched.push(Step::Commit(Durability::Async));
+    batched.push(Step::Put("o", key(2), val(9, 100)));
+    batched.push(Step::Commit(Durability::Sync));
+    for (label, steps) in [
+        ("value replaced", twice),
+        ("value deleted, leaves split", deleted),
+        ("value replaced in an async batch", batched),
+    ] {
+        let label = format!("rewritten in one transaction: {label}");
+        variants.push((
+            label.clone(),
+            Box::new(move || {
+                exhaustive_losing_one(&label, &steps, Options::default());
+            }),
+        ));
+    }
+    every_variant(variants);
+}
+
+/// Found by the widened generator: a commit that never became durable (the close that should
+/// have synced it failed on its meta write, or a later commit's first fdatasync failed and
+/// poisoned the handle) is lost at the reopen, and the next commit takes its txid. The lost
+/// commit's pages are still in the file, whole, with that txid: an image that loses the new
+/// commit's write of the same pages must not open at a mix of the two.
+#[test]
+fn a_commit_lost_before_a_reopen_never_lends_its_pages_to_the_next_with_its_txid() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    let script = |lose: &[Step]| {
+        let mut s = Vec::new();
+        for i in 0..20 {
+            s.push(Step::Put("l", key(i), val(i, 100)));
+        }
+        s.push(Step::Commit(Durability::Sync));
+        s.push(Step::Put("l", b"big".to_vec(), val(1, 5_000)));
+        s.push(Step::Put("l", key(3), val(1, 100)));
+        s.push(Step::Commit(Durability::Async));
+        s.extend_from_slice(lose);
+        // The same txid again (today), other values, the same shapes.
+        s.push(Step::Put("l", b"big".to_vec(), val(2, 5_000)));
+        s.push(Step::Put("l", key(3), val(2, 100)));
+        s.push(Step::Commit(Durability::Sync));
+        s
+    };
+    for (label, lose) in [
+        // The close's one-fsync meta write fails: nothing made commit 2 durable.
+        (
+            "close failed",
+            vec![Step::Fail(FaultOn::Write, 1), Step::Close],
+        ),
+        // A NoMetaSync commit's first fdatasync fails: poisoned before any meta was written.
+        (
+            "sync failed",
+            vec![
+                Step::Fail(FaultOn::Sync, 1),
+                Step::Put("l", key(4), val(4, 100)),
+                Step::TryCommit(Durability::NoMetaSync),
+            ],
+        ),
+    ] {
+        let label = format!("lost before a reopen: {label}");
+        let steps = script(&lose);
+        variants.push((
+            label.clone(),
+            Box::new(move || {
+                let trace = run(&steps, Options::default());
+                assert_eq!(trace.faults, 1, "{label}: the fault did not fire");
+                exhaustive_losing_one(&label, &steps, Options::default());
+            }),
+        ));
+    }
+    every_variant(variants);
+}
