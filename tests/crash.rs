@@ -12,8 +12,8 @@
 //! Scripted workloads run exhaustively (every k, four images each; the regression scripts also
 //! every image that loses one write or one page of one, or tears one meta write); random
 //! workloads run over many seeds. `LARCH_CRASH_CASES` sets the number of random workloads
-//! (default 300; 40 random cuts each, plus 5 cuts with up to 13 images that lose or tear one
-//! write).
+//! (default 300; 40 random cuts each, plus 5 cuts each checked with up to 12 images that lose
+//! one write or one page of one, and every image that tears one meta write).
 
 mod support;
 use support::{apply, apply_some, scratch_dir, Rng};
@@ -1876,4 +1876,54 @@ fn a_commit_lost_before_a_reopen_never_lends_its_pages_to_the_next_with_its_txid
         ));
     }
     every_variant(variants);
+}
+
+/// Defect 5: writer A holds the write transaction while B waits in `begin_write`; A commits
+/// Sync and, with B waiting, becomes a group-commit follower. B gets the lock and waits for
+/// A's commit to return before it commits. A must not wait for B (B's commit or abort is
+/// not coming until A returns): both must end. Bounded by a timeout so a deadlock fails the
+/// test instead of hanging it.
+#[test]
+fn a_group_commit_follower_returns_while_the_next_writer_waits_for_it() {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    let (done_tx, done_rx) = channel();
+    std::thread::spawn(move || {
+        let dir = scratch_dir();
+        let db = Arc::new(Db::open(dir.path().join("g.larch"), Options::default()).unwrap());
+        for round in 0..3u64 {
+            let mut a = db.begin_write().unwrap();
+            a.open_tree("t")
+                .unwrap()
+                .insert(&key(round), b"from A")
+                .unwrap();
+            let (began_tx, began_rx) = channel();
+            let (a_done_tx, a_done_rx) = channel::<()>();
+            let db_b = db.clone();
+            let b = std::thread::spawn(move || {
+                let mut tx = db_b.begin_write().unwrap();
+                began_tx.send(()).unwrap();
+                // B holds the writer lock until A's commit has returned.
+                a_done_rx.recv().unwrap();
+                tx.open_tree("t")
+                    .unwrap()
+                    .insert(&key(100 + round), b"from B")
+                    .unwrap();
+                tx.commit().unwrap();
+            });
+            // Let B reach begin_write and wait there, so A's Sync commit joins a group.
+            std::thread::sleep(Duration::from_millis(100));
+            a.set_durability(Durability::Sync);
+            a.commit().unwrap();
+            a_done_tx.send(()).unwrap();
+            began_rx.recv().unwrap();
+            b.join().unwrap();
+        }
+        let rx = db.begin_read().unwrap();
+        assert_eq!(rx.open_tree("t").unwrap().len().unwrap(), 6);
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("deadlock: A's Sync commit (a group-commit follower) waits for B, which holds the writer lock waiting for A's commit to return");
 }
