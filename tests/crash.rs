@@ -464,10 +464,17 @@ impl Driver {
                     }
                 }
             };
-            if self.fired("commit", &e) == FaultOn::Sync {
-                // The handle is poisoned, and the commit may or may not have reached the
-                // file: its state stays a candidate, and the reopen finds out.
-                assert!(db.begin_write().is_err(), "a failed sync did not poison");
+            let on = self.fired("commit", &e);
+            // A failed sync or meta write poisons the handle (the meta may be on disk).
+            let poisoned = db.begin_read().is_err();
+            assert!(
+                on != FaultOn::Sync || poisoned,
+                "a failed sync did not poison"
+            );
+            if poisoned {
+                // The commit may or may not have reached the file: its state stays a
+                // candidate, and the reopen finds out.
+                assert!(db.begin_write().is_err(), "a poisoned handle began a write");
                 self.coverage.reopens_after_failure += 1;
                 self.reopen();
             } else if reached_commit && db.begin_read().unwrap().txid() == txid {
@@ -535,7 +542,8 @@ impl Driver {
                     return;
                 }
                 Err(e) => {
-                    if self.fired("sync", &e) == FaultOn::Sync {
+                    let on = self.fired("sync", &e);
+                    if on == FaultOn::Sync || self.db().begin_read().is_err() {
                         self.coverage.reopens_after_failure += 1;
                         self.reopen();
                         return;
@@ -567,7 +575,8 @@ impl Driver {
         self.coverage.compactions += 1;
         let r = self.db().compact();
         if let Err(e) = &r {
-            if self.fired("compact", e) == FaultOn::Sync {
+            let on = self.fired("compact", e);
+            if on == FaultOn::Sync || self.db().begin_read().is_err() {
                 // Relocation commits do not change the contents; how many ran is unknown.
                 for t in self.last_txid + 1..=self.last_txid + 40 {
                     let m = self.committed.clone();
