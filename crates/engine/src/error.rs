@@ -50,7 +50,11 @@ pub enum Error {
 
 impl From<PagerError> for Error {
     fn from(e: PagerError) -> Self {
-        Error::Pager(e)
+        match e {
+            // One variant for damage, wherever it was found.
+            PagerError::Corrupt { page, reason, .. } => Error::Corrupt { page, reason },
+            e => Error::Pager(e),
+        }
     }
 }
 

@@ -149,6 +149,9 @@ impl Pager {
         let metas = read_metas(path, storage.file(), file_len, opts.fall_back_on_damage)?;
         let page_size = metas.current.page_size as usize;
         if !opts.read_only {
+            if metas.discarded.is_some() {
+                discard_damaged_meta(path, storage.as_ref(), &metas.current)?;
+            }
             // What we read may sit only in the page cache (a process that crashed before its
             // sync); make it durable before building on it as the durable fallback.
             storage
@@ -534,6 +537,25 @@ fn read_metas(
 
 fn is_blank(r: &std::result::Result<Meta, String>) -> bool {
     matches!(r, Err(e) if e.contains("all zero"))
+}
+
+/// A read-write open that fell back over a damaged durable commit (on request) discards it
+/// for good: a copy of the opened meta's page goes over the damaged meta's slot, so the next
+/// open, with or without the option, opens here too instead of reporting the damage again.
+/// A torn copy leaves that slot invalid, which open already ignores; the opened meta's own
+/// slot is not touched. The next commit writes over the copy as usual.
+fn discard_damaged_meta(path: &Path, storage: &dyn Storage, current: &Meta) -> Result<()> {
+    let ps = current.page_size as u64;
+    let at = MetaSlot::for_txid(current.txid).page() * ps;
+    let mut page = vec![0u8; ps as usize];
+    storage
+        .file()
+        .read_exact_at(&mut page, at)
+        .map_err(|e| PagerError::io("read meta", path, e))?;
+    let other = MetaSlot::for_txid(current.txid + 1).page() * ps;
+    storage
+        .write_at(other, &[&page])
+        .map_err(|e| PagerError::io("write meta", path, e))
 }
 
 /// Create an empty database atomically: build it under a temporary name, sync it, then link
