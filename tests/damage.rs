@@ -171,3 +171,47 @@ fn without_a_clean_close_a_mismatch_is_a_torn_commit_and_opens_one_back() {
         report.notes
     );
 }
+
+/// A meta with valid checksums whose manifest lists an overflow run of 2^31-1 pages, on a
+/// sparse file long enough for it: open must not allocate the run (8 TiB: the process
+/// aborted) nor read it; the run was never written, so the commit is torn.
+#[test]
+fn a_crafted_manifest_run_of_two_billion_pages_is_refused_without_reading_or_allocating_it() {
+    use larch::raw::{ManifestRun, Meta};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.larch");
+    let (db, last) = load(&path);
+    drop(db);
+    let slot = (last % 2) * 4096;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut page = vec![0u8; 4096];
+    f.read_exact_at(&mut page, slot).unwrap();
+    let mut meta = Meta::decode(&page).unwrap();
+    let pages = (1u32 << 31) - 1;
+    meta.high_water = 2 + pages as u64 + 16;
+    let run = ManifestRun {
+        start: 2,
+        pages,
+        overflow: true,
+        txid: 0,
+        checksum: 0,
+    };
+    f.write_all_at(&meta.encode_page(&[run], 4096), slot)
+        .unwrap();
+    // Sparse: the file claims 8 TiB; only its first pages hold data.
+    if f.set_len(meta.high_water * 4096).is_err() {
+        eprintln!("this file system cannot hold an 8 TiB sparse file; skipped");
+        return;
+    }
+    drop(f);
+    for opts in [Options::default().read_only(true), Options::default()] {
+        match Db::open(&path, opts) {
+            Ok(db) => assert_eq!(db.begin_read().unwrap().txid(), last - 1),
+            Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "{e}"),
+        }
+    }
+}

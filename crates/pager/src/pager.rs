@@ -14,7 +14,7 @@ use crate::lock::try_lock;
 use crate::map::{Advice, Map};
 use crate::meta::{ManifestRun, Meta, MetaSlot, META_SIZE};
 use crate::page::{run_checksum, stored_checksum, PageHeader, PAGE_HEADER_SIZE};
-use crate::storage::{FileStorage, Storage, WriteMode};
+use crate::storage::{first_hole, FileStorage, Storage, WriteMode};
 use crate::{valid_page_size, PageId, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 
 /// How to open a file.
@@ -698,6 +698,11 @@ fn verify_manifest(
             matches!(PageHeader::read(&bytes[..PAGE_HEADER_SIZE]),
                 Some(h) if h.txid == want && want >= first && want <= meta.txid)
         };
+        // A listed page in a hole never reached the disk: say so before reading any of it
+        // (a crafted run over a sparse file would otherwise cost a read of its whole length).
+        if first_hole(file, p * ps).is_some_and(|h| h < (p + n) * ps) {
+            return Err(torn(p, "(or a later page of its run) was never written"));
+        }
         let checksum = if r.overflow {
             // One checksum over the whole run, streamed page by page.
             read(p, &mut page)?;
