@@ -10,7 +10,7 @@ use larch_freelist::FreeSpace;
 use larch_pager::{Map, Meta, OpenedMetas, Pager, PagerOptions, Storage};
 
 use crate::durability::DurableState;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::options::Options;
 use crate::read::ReadTx;
 use crate::readers::{ReadSnap, ReaderTable, SnapshotCache};
@@ -145,19 +145,7 @@ impl Db {
     /// second writer out (docs/format.md, "Locking").
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         let path = path.as_ref();
-        if !larch_pager::valid_page_size(opts.page_size) {
-            return Err(Error::InvalidOption(format!(
-                "page size {} is not a power of two between 4096 and 65536",
-                opts.page_size
-            )));
-        }
-        if let Some(t) = opts.compaction_threshold {
-            if !(t > 0.0 && t < 1.0) {
-                return Err(Error::InvalidOption(format!(
-                    "compaction threshold {t} is not a fraction between 0 and 1"
-                )));
-            }
-        }
+        opts.validate()?;
         let popts = PagerOptions {
             page_size: opts.page_size,
             write_mode: opts.write_mode,
@@ -225,6 +213,7 @@ impl Db {
         opts: Options,
         fs: Arc<dyn crate::fs::CompactionFs>,
     ) -> Result<Db> {
+        opts.validate()?;
         let popts = PagerOptions {
             page_size: opts.page_size,
             write_mode: opts.write_mode,

@@ -92,6 +92,25 @@ impl Default for Options {
 }
 
 impl Options {
+    /// Check the options every open path relies on: a legal page size, a compaction
+    /// threshold strictly between 0 and 1.
+    pub fn validate(&self) -> crate::Result<()> {
+        if !larch_pager::valid_page_size(self.page_size) {
+            return Err(crate::Error::InvalidOption(format!(
+                "page size {} is not a power of two between 4096 and 65536",
+                self.page_size
+            )));
+        }
+        if let Some(t) = self.compaction_threshold {
+            if !(t > 0.0 && t < 1.0) {
+                return Err(crate::Error::InvalidOption(format!(
+                    "compaction threshold {t} is not a fraction between 0 and 1"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Page size for a new file: a power of two in 4096..=65536. An existing file keeps the
     /// page size it was created with.
     pub fn page_size(mut self, size: usize) -> Self {

@@ -1,15 +1,21 @@
 //! The bottom layer of larch: one file, its memory map, page I/O, the two meta pages,
 //! checksums, madvise/msync and the file lock.
 //!
-//! This crate knows nothing of B+trees. It hands out byte slices of pages from a read-only
-//! shared mapping, writes pages through a narrow [`Storage`] trait (so tests can record and
-//! cut every write), and reads and writes the two meta pages. The on-disk format is drawn in
-//! `docs/format.md`.
+//! It knows the page header every page carries (type, role, txid, checksum) and the meta
+//! pages, but not what a branch or a leaf holds: the B+trees are the engine's. It hands out
+//! byte slices of pages from a read-only shared mapping, writes pages through a narrow
+//! [`Storage`] trait (so tests can record and cut every write), and reads and writes the two
+//! meta pages. The on-disk format is drawn in `docs/format.md`.
 //!
-//! All of larch's `unsafe` lives here, in [`map`]; every block says why the slice it makes
-//! cannot outlive its mapping or alias a write.
+//! All of larch's `unsafe` lives in this crate: the mapping in [`map`] (every block says why
+//! the slice it makes cannot outlive its mapping or alias a write) and three system calls in
+//! `storage.rs` (pwritev, posix_fallocate, lseek). The map calls mmap through libc rather than
+//! memmap2: it reserves address space far past the end of the file (MAP_NORESERVE) and
+//! advises and msyncs ranges of that reservation, and the slices it hands out need their own
+//! `unsafe` either way.
 
 #![warn(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod error;
 mod lock;

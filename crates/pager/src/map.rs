@@ -155,7 +155,7 @@ impl Map {
 
     /// Copy `bufs` back to back into the (writable) mapping at `offset`. The caller must have
     /// extended the file past `offset + total` first.
-    pub fn copy_in(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+    pub(crate) fn copy_in(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let end = offset
             .checked_add(total as u64)

@@ -281,6 +281,18 @@ impl Storage for FileStorage {
     }
 }
 
+/// Offset of the first hole at or after `from` in `file` (SEEK_HOLE), or None where the
+/// file system cannot say. The end of the file counts as a hole. A page a commit wrote is
+/// never in a hole once it reached the disk (compressed or deduplicated data is not a hole),
+/// so this proves cheaply that a listed run was cut short, however long a crafted run is.
+pub(crate) fn first_hole(file: &File, from: u64) -> Option<u64> {
+    let from = libc::off_t::try_from(from).ok()?;
+    // SAFETY: lseek on a valid descriptor; no memory involved. It moves the file offset,
+    // which nothing in larch uses (every read and write is positional).
+    let at = unsafe { libc::lseek(file.as_raw_fd(), from, libc::SEEK_HOLE) };
+    u64::try_from(at).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,14 +331,3 @@ mod tests {
     }
 }
 
-/// Offset of the first hole at or after `from` in `file` (SEEK_HOLE), or None where the
-/// file system cannot say. The end of the file counts as a hole. A page a commit wrote is
-/// never in a hole once it reached the disk (compressed or deduplicated data is not a hole),
-/// so this proves cheaply that a listed run was cut short, however long a crafted run is.
-pub(crate) fn first_hole(file: &File, from: u64) -> Option<u64> {
-    let from = libc::off_t::try_from(from).ok()?;
-    // SAFETY: lseek on a valid descriptor; no memory involved. It moves the file offset,
-    // which nothing in larch uses (every read and write is positional).
-    let at = unsafe { libc::lseek(file.as_raw_fd(), from, libc::SEEK_HOLE) };
-    u64::try_from(at).ok()
-}
