@@ -330,4 +330,3 @@ mod tests {
         s.sync().unwrap();
     }
 }
-
