@@ -440,3 +440,97 @@ fn sync_all_inner(db: &Inner, st: &mut DurableState) -> Result<()> {
     st.batch.reset();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(page: PageId, txid: TxId, checksum: u32) -> ManifestRun {
+        ManifestRun {
+            start: page,
+            pages: 1,
+            overflow: false,
+            txid,
+            checksum,
+        }
+    }
+
+    fn overflow(page: PageId, pages: u32, txid: TxId, checksum: u32) -> ManifestRun {
+        ManifestRun {
+            start: page,
+            pages,
+            overflow: true,
+            txid,
+            checksum,
+        }
+    }
+
+    #[test]
+    fn adjacent_node_pages_of_one_commit_form_one_run_with_the_checksum_of_their_checksums() {
+        let mut b = Batch::default();
+        b.record(&[], &[node(5, 3, 11), node(6, 3, 12), node(8, 3, 13)], 100);
+        b.record(&[], &[node(7, 4, 14), overflow(20, 3, 4, 99)], 100);
+        let runs = b.runs();
+        let want = vec![
+            ManifestRun {
+                pages: 2,
+                checksum: larch_pager::node_run_checksum([11, 12]),
+                ..node(5, 3, 0)
+            },
+            ManifestRun {
+                checksum: larch_pager::node_run_checksum([14]),
+                ..node(7, 4, 0)
+            },
+            ManifestRun {
+                checksum: larch_pager::node_run_checksum([13]),
+                ..node(8, 3, 0)
+            },
+            overflow(20, 3, 4, 99),
+        ];
+        assert_eq!(runs, want);
+    }
+
+    #[test]
+    fn a_freed_object_leaves_the_list_and_a_rewritten_page_keeps_only_its_newest_write() {
+        let mut b = Batch::default();
+        b.record(&[], &[node(5, 3, 11), overflow(10, 4, 3, 50)], 100);
+        // Commit 4 frees the overflow run (one page of it is enough to overlap) and rewrites
+        // page 5 (reused within the run: only readers pinned it).
+        b.record(&[(12, 1)], &[node(5, 4, 21)], 100);
+        assert_eq!(
+            b.runs(),
+            vec![ManifestRun {
+                checksum: larch_pager::node_run_checksum([21]),
+                ..node(5, 4, 0)
+            }]
+        );
+        // As of commit 3: the run and the old page 5.
+        assert_eq!(
+            b.runs_before_last(),
+            vec![
+                ManifestRun {
+                    checksum: larch_pager::node_run_checksum([11]),
+                    ..node(5, 3, 0)
+                },
+                overflow(10, 4, 3, 50),
+            ]
+        );
+        b.keep_last();
+        assert_eq!(b.runs().len(), 1);
+    }
+
+    #[test]
+    fn a_commit_that_lists_nothing_or_too_much_breaks_the_batch_until_reset() {
+        let mut b = Batch::default();
+        b.record(&[], &[], 100);
+        assert!(b.broken);
+        b.record(&[], &[node(5, 3, 1)], 100);
+        assert!(
+            b.broken && b.objects.is_empty(),
+            "a broken batch records nothing"
+        );
+        b.reset();
+        b.record(&[], &[node(5, 3, 1), node(9, 3, 2), node(11, 3, 3)], 2);
+        assert!(b.broken, "three runs do not fit a capacity of two");
+    }
+}
