@@ -1,6 +1,6 @@
-//! Background compaction by dead-data threshold (`Options::compaction_threshold`, as in
-//! ForestDB): when a commit leaves more than that fraction of the file's pages dead and the
-//! file is over a minimum size, a thread copies the live data to a new file, catches up with
+//! Background compaction by threshold (`Options::compaction_threshold`, as in ForestDB): when,
+//! after a commit, the slack (pages free or held only by readers, at their fewest over the last
+//! two sync windows) is more than that fraction of the file and the file is over a minimum size, a thread copies the live data to a new file, catches up with
 //! the commits made meanwhile, and atomically puts the new file in place of the old.
 //!
 //! The switch (docs/format.md, "Compaction"): with the writer lock held, the last commits are

@@ -7,7 +7,9 @@ pub use larch_pager::{Advice, WriteMode};
 /// transaction with [`crate::WriteTx::set_durability`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Durability {
-    /// Write pages, fdatasync, write the meta, fdatasync. Durable when commit returns.
+    /// Durable when commit returns: pages and a meta listing them, one fdatasync (the
+    /// one-fsync commit; LMDB's pages, fdatasync, meta, fdatasync with
+    /// [`Options::one_fsync_commit`]`(false)`).
     #[default]
     Sync,
     /// As `Sync`, but the meta is made durable by the next commit's first sync: atomic, may
@@ -126,7 +128,7 @@ impl Options {
     /// `FirstFit`, reuses the lowest free pages first and keeps the file near the live data.
     /// `AppendPreferring` ("append-run") reuses only runs of 8+ free pages, so a commit's
     /// pages land together (9x fewer write runs per commit in docs/policies.md), but it
-    /// barely reuses anything under Async overwrites: 9-15x the logical data in the workload
+    /// barely reuses anything under Async overwrites: 15x the logical data in the workload
     /// harness, against 1.8-3.3x for `FirstFit`, with slower reads over the larger file.
     pub fn policy(mut self, p: Policy) -> Self {
         self.policy = p;
