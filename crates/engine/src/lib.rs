@@ -72,6 +72,7 @@ mod relocate;
 mod stats;
 mod unpinned;
 mod view;
+mod walk;
 mod write;
 
 pub use check::{CheckReport, Problem};
