@@ -1,6 +1,6 @@
-//! The one walk over the pages a tree reaches, used by `check` (which validates everything it
-//! visits and keeps going past damage), kept apart from what `check` validates so that other
-//! walks (the free map's trust check at read-write open) share it.
+//! The one walk over the pages a tree reaches, shared by `check` (which validates everything it
+//! visits and keeps going past damage) and the free map's trust check at read-write open (which
+//! needs the set of pages a reader can reach, and fails only on a page reached twice).
 //!
 //! The walk claims every page it visits in a [`PageSet`]: a page claimed twice (a cycle, or two
 //! trees sharing a page) or lying outside `2..high_water` is reported, never followed, so a walk
@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use larch_pager::{PageRole, TreeRoot};
+use larch_pager::{Meta, PageRole, TreeRoot};
 
 use crate::error::{Error, Result};
 use crate::node::{NodePage, ValRef, OVERFLOW_HEADER};
@@ -285,6 +285,61 @@ pub(crate) fn strip(e: &Error) -> String {
         Error::Corrupt { reason, .. } => reason.clone(),
         other => other.to_string(),
     }
+}
+
+/// The trust check's visitor: collects the trees the catalog names, and fails only where the
+/// writer could destroy live data.
+#[derive(Default)]
+struct Reach<'a> {
+    trees: Vec<(&'a [u8], TreeRoot)>,
+}
+
+impl<'a> Visitor<'a> for Reach<'a> {
+    /// Damage that stops a walk stops readers too: what lies behind a page that does not parse,
+    /// or a pointer outside the file, is not reachable, so it is not followed.
+    fn problem(&mut self, _page: Option<PageId>, _what: String) -> Result<()> {
+        Ok(())
+    }
+
+    /// A shared page would be freed by a commit that copies it on one path while the other
+    /// still reaches it, and then reused: the writer must not start on such a file.
+    fn reached_twice(&mut self, page: PageId, what: String) -> Result<()> {
+        Err(Error::corrupt(page, what))
+    }
+
+    fn entry(
+        &mut self,
+        page: &NodePage<'a>,
+        i: usize,
+        role: PageRole,
+        val: Option<ValRef<'a>>,
+    ) -> Result<()> {
+        if role == PageRole::Catalog {
+            if let (Ok(name), Some(ValRef::Inline(v))) = (page.key(i), val) {
+                if let Some(root) = TreeRoot::decode(v) {
+                    self.trees.push((name, root));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every page a reader of `meta` can reach (the catalog, each tree it names with their
+/// overflow runs, the free map), the metas not included. Pages are not verified against their
+/// checksums (a page that parses is followed); what cannot be followed (a page that does not
+/// parse as the node its parent expects, a pointer outside `2..high_water`) is not. A page
+/// reached twice is an error.
+pub(crate) fn reachable_pages(view: &View<'_>, meta: &Meta) -> Result<PageSet> {
+    let mut walk = Walk::new(*view, false);
+    let mut reach = Reach::default();
+    walk.tree("(catalog)", &meta.catalog, PageRole::Catalog, &mut reach)?;
+    walk.tree("(free map)", &meta.freemap, PageRole::FreeMap, &mut reach)?;
+    for (name, root) in std::mem::take(&mut reach.trees) {
+        let name = String::from_utf8_lossy(name);
+        walk.tree(&name, &root, PageRole::Data, &mut reach)?;
+    }
+    Ok(walk.seen)
 }
 
 #[cfg(test)]
