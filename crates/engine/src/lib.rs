@@ -100,6 +100,6 @@ pub mod raw {
     pub use crate::view::View;
     pub use larch_pager::{
         run_checksum, stored_checksum, Meta, PageHeader, PageRole, PageType, TreeRoot, MAGIC,
-        META_SIZE, PAGE_HEADER_SIZE,
+        MAX_FILE_BYTES, META_SIZE, PAGE_HEADER_SIZE,
     };
 }
