@@ -79,7 +79,10 @@ pub fn unreachable_runs(view: &View<'_>, meta: &Meta) -> Result<Vec<(PageId, u64
 ///
 /// The writer will overwrite what this says is free, so a damaged free map would destroy live
 /// data: every free-map page's checksum is verified (whatever `verify_checksums` says; the free
-/// map is a few pages per GiB) and the marked pages must number what the meta counted.
+/// map is a few pages per GiB), the marked pages must number what the meta counted, and none of
+/// them may be reachable from the meta. That last check walks every tree (walk.rs): a free map
+/// can be whole, consistent with the counters and still wrong (a bug that lost a bit, a crafted
+/// file), and only reachability says which pages are really free.
 pub fn load(view: &View<'_>, meta: &Meta, free: &mut FreeSpace) -> Result<()> {
     let checked = View {
         verify: true,
@@ -91,16 +94,36 @@ pub fn load(view: &View<'_>, meta: &Meta, free: &mut FreeSpace) -> Result<()> {
         return Err(Error::corrupt(
             meta.freemap.root,
             format!(
-                "the free map marks {marked} pages free but the meta counts {}; open read-only and copy the data out (larch compact SRC DST)",
+                "the free map marks {marked} pages free but the meta counts {}; {NOT_FOR_WRITING}",
                 meta.unreachable_pages
             ),
         ));
+    }
+    let reachable = crate::walk::reachable_pages(view, meta).map_err(|e| match e {
+        Error::Corrupt { page, reason } => {
+            Error::corrupt(page, format!("{reason}; {NOT_FOR_WRITING}"))
+        }
+        other => other,
+    })?;
+    for &(p, n) in &runs {
+        if let Some(q) = (p..p + n).find(|&q| reachable.contains(q)) {
+            return Err(Error::corrupt(
+                q,
+                format!(
+                    "the free map marks page {q} free but the meta's trees reach it; {NOT_FOR_WRITING}"
+                ),
+            ));
+        }
     }
     for (p, n) in runs {
         free.policy.insert(p, n);
     }
     Ok(())
 }
+
+/// What a read-write open that cannot trust the free map says to do.
+const NOT_FOR_WRITING: &str =
+    "the file cannot be opened for writing: open it read-only and copy the data out (larch compact SRC DST)";
 
 impl WriteTx<'_> {
     /// Write the bits this transaction changed into the free map. Changing the free map

@@ -72,6 +72,7 @@ mod relocate;
 mod stats;
 mod unpinned;
 mod view;
+mod walk;
 mod write;
 
 pub use check::{CheckReport, Problem};
@@ -98,7 +99,7 @@ pub mod raw {
     pub use crate::node::{Limits, NodePage, ValRef, OVERFLOW_HEADER};
     pub use crate::view::View;
     pub use larch_pager::{
-        run_checksum, stored_checksum, ManifestRun, Meta, PageHeader, PageRole, PageType, TreeRoot,
-        MAGIC, META_SIZE, PAGE_HEADER_SIZE,
+        node_run_checksum, run_checksum, stored_checksum, ManifestRun, Meta, PageHeader, PageRole,
+        PageType, TreeRoot, MAGIC, MAX_FILE_BYTES, META_SIZE, PAGE_HEADER_SIZE,
     };
 }

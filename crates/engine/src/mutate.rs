@@ -138,7 +138,7 @@ impl WriteTx<'_> {
             self.grow_root(t, root, sep, right);
         }
         if !existed {
-            self.trees[t].entries += 1;
+            self.trees[t].entries = self.trees[t].entries.saturating_add(1);
         }
         Ok(existed)
     }

@@ -48,6 +48,10 @@ pub const MIN_PAGE_SIZE: usize = 4096;
 /// Largest page size a file may have.
 pub const MAX_PAGE_SIZE: usize = 65536;
 
+/// The most of a file larch maps, and so can read: 16 TiB of address space. A meta whose pages
+/// reach past it cannot be used, and a file is never grown past it.
+pub const MAX_FILE_BYTES: u64 = 1 << 44;
+
 /// Is `size` a page size a file may be created with?
 pub fn valid_page_size(size: usize) -> bool {
     size.is_power_of_two() && (MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&size)

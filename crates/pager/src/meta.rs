@@ -37,6 +37,9 @@ use crate::{PageId, TxId};
 pub const MAGIC: [u8; 8] = *b"LARCHDB\0";
 /// The on-disk format version this build reads and writes.
 pub const FORMAT_VERSION: u32 = 2;
+/// The largest txid a meta may carry: 2^62 leaves the writer room to add to it without
+/// overflow (a file that commits a million times a second reaches it in 146,000 years).
+pub const MAX_TXID: TxId = 1 << 62;
 /// Bytes of a meta page that are used (the rest of the page is zero).
 pub const META_SIZE: usize = 128;
 const CRC_AT: usize = 124;
@@ -355,6 +358,10 @@ impl Meta {
                 "manifest of {} runs cannot fit a meta page",
                 meta.manifest_runs
             ));
+        }
+        if meta.txid > MAX_TXID {
+            // No file reaches it by committing; the writer could not count past it.
+            return Err(format!("txid {} is beyond {MAX_TXID}", meta.txid));
         }
         if meta.high_water < 2 {
             return Err(format!("high-water mark {} is below 2", meta.high_water));

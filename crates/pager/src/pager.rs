@@ -15,7 +15,7 @@ use crate::map::{Advice, Map};
 use crate::meta::{ManifestRun, Meta, MetaSlot, META_SIZE};
 use crate::page::{run_checksum, stored_checksum, PageHeader, PAGE_HEADER_SIZE};
 use crate::storage::{first_hole, FileStorage, Storage, WriteMode};
-use crate::{valid_page_size, PageId, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
+use crate::{valid_page_size, PageId, MAX_FILE_BYTES, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 
 /// How to open a file.
 #[derive(Clone, Copy, Debug)]
@@ -245,13 +245,23 @@ impl Pager {
         let need = pages.checked_mul(self.page_size as u64).ok_or_else(|| {
             PagerError::io("grow", &self.path, std::io::Error::other("file too large"))
         })?;
+        if need > MAX_FILE_BYTES {
+            // Pages past the map could be written (the file may be longer) but never read back.
+            return Err(PagerError::io(
+                "grow",
+                &self.path,
+                std::io::Error::other(format!(
+                    "file would grow past {MAX_FILE_BYTES} bytes, the most larch maps"
+                )),
+            ));
+        }
         let cur = self.file_len();
         if need <= cur {
             return Ok(());
         }
         let step = (cur / 8).clamp(256 << 10, 256 << 20);
         let ps = self.page_size as u64;
-        let target = need.max(cur + step).div_ceil(ps) * ps;
+        let target = need.max(cur + step).min(MAX_FILE_BYTES).div_ceil(ps) * ps;
         if let Err(e) = self.storage.set_len(target) {
             // The chunk may not fit where the pages themselves would.
             self.storage
@@ -377,7 +387,7 @@ impl Pager {
 /// Address space to reserve for a file of `len` bytes: well ahead, so remaps are rare.
 fn reservation(len: u64) -> usize {
     let want = len.saturating_mul(2).max(1 << 30).next_power_of_two();
-    want.min(1 << 44) as usize
+    want.min(MAX_FILE_BYTES) as usize
 }
 
 /// Read both meta slots and choose the valid one with the highest txid.
@@ -408,7 +418,12 @@ fn read_metas(
     let check_len = |m: Meta| -> std::result::Result<Meta, String> {
         let need = m.high_water.checked_mul(m.page_size as u64);
         match need {
-            Some(n) if n <= file_len => Ok(m),
+            Some(n) if n <= file_len && n <= MAX_FILE_BYTES => Ok(m),
+            // Pages past the map cannot be read: a commit there could not be read back.
+            Some(n) if n <= file_len => Err(format!(
+                "meta {} says the file has {} pages of {} bytes, past the {MAX_FILE_BYTES} bytes larch maps",
+                m.txid, m.high_water, m.page_size
+            )),
             _ => Err(format!(
                 "meta {} says the file has {} pages of {} bytes but it is {file_len} bytes (truncated?)",
                 m.txid, m.high_water, m.page_size
