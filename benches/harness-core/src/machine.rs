@@ -5,8 +5,9 @@ use std::fs;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use serde::Serialize;
+
 use crate::counters::{parse_status_kib, Device};
-use crate::json::{obj, Json};
 
 /// (year, month, day, hour, minute, second) in UTC of a Unix time.
 pub fn civil(unix: u64) -> (i64, u32, u32, u32, u32, u32) {
@@ -100,8 +101,41 @@ pub fn source_revision() -> Option<String> {
     Some(if dirty { format!("{head}-dirty") } else { head })
 }
 
+/// The `machine` object of results.json. `None` is what could not be read.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    /// When the run started, [`iso_now`].
+    pub date: String,
+    /// Cores this process may use.
+    pub nproc: usize,
+    /// The CPU's model name.
+    pub cpu: Option<String>,
+    /// MemTotal.
+    pub mem_total_bytes: Option<u64>,
+    /// MemAvailable at the start.
+    pub mem_available_bytes: Option<u64>,
+    /// The kernel release.
+    pub kernel: Option<String>,
+    /// [`loadavg`] at the start.
+    pub loadavg_at_start: Option<String>,
+    /// The transparent hugepage setting.
+    pub transparent_hugepage: Option<String>,
+    /// Where the databases are.
+    pub db_dir: String,
+    /// The filesystem type of the mount holding `db_dir`.
+    pub filesystem: Option<String>,
+    /// That mount's mount point.
+    pub mount_point: Option<String>,
+    /// That mount's source.
+    pub mount_source: Option<String>,
+    /// The block device of `db_dir`.
+    pub device: Option<String>,
+    /// Whether the kernel calls that device rotational.
+    pub device_rotational: Option<bool>,
+}
+
 /// The `machine` object of results.json.
-pub fn describe(dir: &Path, device: Option<&Device>) -> Json {
+pub fn describe(dir: &Path, device: Option<&Device>) -> Machine {
     let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -111,40 +145,22 @@ pub fn describe(dir: &Path, device: Option<&Device>) -> Json {
     let thp = fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
         .map(|s| s.trim().to_string())
         .ok();
-    obj([
-        ("date", Json::from(iso_now())),
-        (
-            "nproc",
-            std::thread::available_parallelism()
-                .map_or(0, |n| n.get())
-                .into(),
-        ),
-        ("cpu", first_line_field(&cpuinfo, "model name").into()),
-        (
-            "mem_total_bytes",
-            parse_status_kib(&meminfo, "MemTotal")
-                .map(|k| k << 10)
-                .into(),
-        ),
-        (
-            "mem_available_bytes",
-            parse_status_kib(&meminfo, "MemAvailable")
-                .map(|k| k << 10)
-                .into(),
-        ),
-        ("kernel", kernel.into()),
-        ("loadavg_at_start", loadavg().into()),
-        ("transparent_hugepage", thp.into()),
-        ("db_dir", Json::from(dir.display().to_string())),
-        ("filesystem", mount.as_ref().map(|m| m.1.clone()).into()),
-        ("mount_point", mount.as_ref().map(|m| m.0.clone()).into()),
-        ("mount_source", mount.as_ref().map(|m| m.2.clone()).into()),
-        ("device", device.map(|d| d.name.clone()).into()),
-        (
-            "device_rotational",
-            device.and_then(Device::rotational).into(),
-        ),
-    ])
+    Machine {
+        date: iso_now(),
+        nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu: first_line_field(&cpuinfo, "model name"),
+        mem_total_bytes: parse_status_kib(&meminfo, "MemTotal").map(|k| k << 10),
+        mem_available_bytes: parse_status_kib(&meminfo, "MemAvailable").map(|k| k << 10),
+        kernel,
+        loadavg_at_start: loadavg(),
+        transparent_hugepage: thp,
+        db_dir: dir.display().to_string(),
+        filesystem: mount.as_ref().map(|m| m.1.clone()),
+        mount_point: mount.as_ref().map(|m| m.0.clone()),
+        mount_source: mount.as_ref().map(|m| m.2.clone()),
+        device: device.map(|d| d.name.clone()),
+        device_rotational: device.and_then(Device::rotational),
+    }
 }
 
 /// Total memory in bytes.
@@ -171,7 +187,7 @@ mod tests {
 
     #[test]
     fn describes_this_machine() {
-        let m = describe(Path::new("/"), None).pretty();
+        let m = crate::json::pretty(&describe(Path::new("/"), None));
         assert!(m.contains("\"nproc\": "));
         assert!(m.contains("\"kernel\": \""));
         assert!(mount_of(Path::new("/")).is_some());

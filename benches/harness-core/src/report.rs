@@ -1,11 +1,11 @@
 //! One result row per engine, setup and step; how rows travel from a child to the parent;
 //! results.json and results.csv.
 
-use crate::json::{obj, Json};
+use serde::Serialize;
 
-/// What one engine/setup did in one step. The first fields are exactly the `rows` objects
-/// of results.json; the rest go to its `details`.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// What one engine/setup did in one step. The first fields, serialized, are exactly the
+/// `rows` objects of results.json; the rest (skipped) go to its `details` objects.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Row {
     /// `larch`, `lmdb`, `redb`, `sqlite`, `fjall`, or `limit`.
     pub engine: String,
@@ -37,26 +37,36 @@ pub struct Row {
     pub rss_bytes: u64,
     /// db_bytes / (docs x (key + value)).
     pub space_amp: f64,
-    // ---- details ----
+    // ---- details: not in `rows`, written by the `Details` of results_json ----
     /// Operations counted.
+    #[serde(skip)]
     pub ops_total: u64,
     /// Seconds the operations took.
+    #[serde(skip)]
     pub secs: f64,
     /// Threads of the main activity.
+    #[serde(skip)]
     pub threads: usize,
     /// Major faults per operation.
+    #[serde(skip)]
     pub major_faults_per_op: f64,
     /// read_bytes of /proc/self/io over the step.
+    #[serde(skip)]
     pub proc_read_bytes: Option<u64>,
     /// write_bytes of /proc/self/io over the step.
+    #[serde(skip)]
     pub proc_write_bytes: Option<u64>,
     /// Bytes written to the device over the step (whole machine).
+    #[serde(skip)]
     pub device_write_bytes: Option<u64>,
     /// `device:NAME` or `proc:write_bytes`.
+    #[serde(skip)]
     pub wkb_source: String,
     /// Writes/s of the limited writer (pqw, rqw).
+    #[serde(skip)]
     pub writer_ops: Option<f64>,
     /// Why the step has no numbers.
+    #[serde(skip)]
     pub error: Option<String>,
 }
 
@@ -238,45 +248,43 @@ impl Row {
         Ok(r)
     }
 
-    /// The `rows` object of results.json.
-    pub fn json(&self) -> Json {
-        obj([
-            ("engine", Json::from(self.engine.as_str())),
-            ("setup", self.setup.as_str().into()),
-            ("step", self.step.as_str().into()),
-            ("ops", self.ops.into()),
-            ("p50_us", self.p50_us.into()),
-            ("p99_us", self.p99_us.into()),
-            ("p999_us", self.p999_us.into()),
-            ("db_bytes", self.db_bytes.into()),
-            ("db_apparent_bytes", self.db_apparent_bytes.into()),
-            ("reads_per_op", self.reads_per_op.into()),
-            ("wkb_per_op", self.wkb_per_op.into()),
-            ("cs_per_op", self.cs_per_op.into()),
-            ("cpu_us_per_op", self.cpu_us_per_op.into()),
-            ("rss_bytes", self.rss_bytes.into()),
-            ("space_amp", self.space_amp.into()),
-        ])
-    }
-
     /// The `details` object of results.json.
-    pub fn details_json(&self) -> Json {
-        obj([
-            ("engine", Json::from(self.engine.as_str())),
-            ("setup", self.setup.as_str().into()),
-            ("step", self.step.as_str().into()),
-            ("ops_total", self.ops_total.into()),
-            ("secs", self.secs.into()),
-            ("threads", self.threads.into()),
-            ("major_faults_per_op", self.major_faults_per_op.into()),
-            ("proc_read_bytes", self.proc_read_bytes.into()),
-            ("proc_write_bytes", self.proc_write_bytes.into()),
-            ("device_write_bytes", self.device_write_bytes.into()),
-            ("wkb_source", self.wkb_source.as_str().into()),
-            ("writer_ops", self.writer_ops.into()),
-            ("error", self.error.clone().into()),
-        ])
+    fn details(&self) -> Details<'_> {
+        Details {
+            engine: &self.engine,
+            setup: &self.setup,
+            step: &self.step,
+            ops_total: self.ops_total,
+            secs: self.secs,
+            threads: self.threads,
+            major_faults_per_op: self.major_faults_per_op,
+            proc_read_bytes: self.proc_read_bytes,
+            proc_write_bytes: self.proc_write_bytes,
+            device_write_bytes: self.device_write_bytes,
+            wkb_source: &self.wkb_source,
+            writer_ops: self.writer_ops,
+            error: self.error.as_deref(),
+        }
     }
+}
+
+/// A `details` object of results.json: engine, setup, step, then the [`Row`] fields after
+/// `space_amp` ([`DETAIL_FIELDS`]), meaning what they mean there.
+#[derive(Serialize)]
+struct Details<'a> {
+    engine: &'a str,
+    setup: &'a str,
+    step: &'a str,
+    ops_total: u64,
+    secs: f64,
+    threads: usize,
+    major_faults_per_op: f64,
+    proc_read_bytes: Option<u64>,
+    proc_write_bytes: Option<u64>,
+    device_write_bytes: Option<u64>,
+    wkb_source: &'a str,
+    writer_ops: Option<f64>,
+    error: Option<&'a str>,
 }
 
 /// The column name of an engine/setup.
@@ -289,17 +297,20 @@ pub fn label(engine: &str, setup: &str) -> String {
 }
 
 /// results.json: `{"machine", "config", "rows", "details"}`.
-pub fn results_json(machine: Json, config: Json, rows: &[Row]) -> String {
-    obj([
-        ("machine", machine),
-        ("config", config),
-        ("rows", Json::Arr(rows.iter().map(Row::json).collect())),
-        (
-            "details",
-            Json::Arr(rows.iter().map(Row::details_json).collect()),
-        ),
-    ])
-    .pretty()
+pub fn results_json(machine: &impl Serialize, config: &impl Serialize, rows: &[Row]) -> String {
+    #[derive(Serialize)]
+    struct Results<'a, M, C> {
+        machine: &'a M,
+        config: &'a C,
+        rows: &'a [Row],
+        details: Vec<Details<'a>>,
+    }
+    crate::json::pretty(&Results {
+        machine,
+        config,
+        rows,
+        details: rows.iter().map(Row::details).collect(),
+    })
 }
 
 fn csv_field(s: &str) -> String {
@@ -334,38 +345,21 @@ pub fn results_csv(rows: &[Row]) -> String {
     out
 }
 
-/// A JSON number or null, for callers that build their own objects.
-pub fn num(x: f64) -> Json {
-    if x.is_finite() {
-        Json::Num(x)
-    } else {
-        Json::Null
-    }
-}
-
-/// The keys of a results.json row, checked by the tests and by the smoke test.
+/// The keys of the first row of a results.json, in order (none if the text is not JSON or
+/// has no row), checked by the tests and by the smoke test.
 pub fn row_keys(text: &str) -> Vec<String> {
-    // The first object of "rows": keys between its braces.
-    let Some(start) = text.find("\"rows\": [") else {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
         return vec![];
     };
-    let rest = &text[start..];
-    let Some(open) = rest.find('{') else {
-        return vec![];
-    };
-    let Some(close) = rest[open..].find('}') else {
-        return vec![];
-    };
-    let body = &rest[open + 1..open + close];
-    body.split(", ")
-        .filter_map(|kv| kv.split_once(": "))
-        .map(|(k, _)| k.trim_matches('"').to_string())
-        .collect()
+    v["rows"][0]
+        .as_object()
+        .map_or_else(Vec::new, |row| row.keys().cloned().collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn sample() -> Row {
         Row {
@@ -413,20 +407,12 @@ mod tests {
 
     #[test]
     fn json_has_exactly_the_issue_fields() {
-        let text = results_json(
-            obj([("nproc", Json::from(2u64))]),
-            Json::Obj(vec![]),
-            &[sample()],
-        );
+        let text = results_json(&json!({"nproc": 2}), &json!({}), &[sample()]);
         assert_eq!(row_keys(&text), ROW_FIELDS.to_vec());
         assert!(text.contains("\"machine\": {"));
         assert!(text.contains("\"details\": ["));
         assert!(text.contains("\"ops\": 2100.5"));
-        let failed = results_json(
-            Json::Null,
-            Json::Null,
-            &[Row::failed("a", "b", "c", "x".into())],
-        );
+        let failed = results_json(&(), &(), &[Row::failed("a", "b", "c", "x".into())]);
         assert!(failed.contains("\"ops\": null"));
     }
 

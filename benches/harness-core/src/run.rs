@@ -12,11 +12,12 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use serde::Serialize;
 
 use crate::config::{ChildRole, Config, IoCounter};
 use crate::counters::{self, Device, Snapshot, Who};
 use crate::engine::{BoxError, Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
-use crate::json::{obj, Json};
+use crate::json::Pairs;
 use crate::keys::{mix64, thread_seed, KeyGen, Rng, Values, MAX_KEY};
 use crate::limits::{self, Limits};
 use crate::memlimit::{self, Limiter};
@@ -595,6 +596,35 @@ fn update_latest(workload: &Path, stamp: &str) {
     }
 }
 
+/// The `config` object of results.json: the run's settings, how it measures, and each
+/// engine/setup's own description (label -> setting -> value).
+#[derive(Serialize)]
+struct RunConfig<'a> {
+    command: &'a str,
+    quick: bool,
+    docs: u64,
+    secs: f64,
+    key_size: usize,
+    value_size: usize,
+    threads: usize,
+    load_batch: usize,
+    steps: Vec<&'static str>,
+    larch_setups: &'a [String],
+    /// A string, as results.json always had it: a u64 seed above 2^53 loses digits in many
+    /// JSON readers.
+    seed: String,
+    dir: String,
+    out: String,
+    mem_limit_bytes: Option<u64>,
+    mode: &'a str,
+    wkb_source: &'a str,
+    method: Pairs<&'static str, String>,
+    source_revision: Option<String>,
+    loadavg_at_end: Option<String>,
+    engines: Pairs<String, Pairs<String, String>>,
+    elapsed_secs: f64,
+}
+
 fn parent(
     cfg: &Config,
     args: &[String],
@@ -725,7 +755,7 @@ fn parent(
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut engine_rows: Vec<Row> = Vec::new();
     let mut limit_rows: Vec<Row> = Vec::new();
-    let mut described: Vec<(String, Json)> = Vec::new();
+    let mut described = Pairs::default();
     let started = Instant::now();
     // fdatasync once more at the end: other work on the machine drifts.
     let after_plan: Vec<(&dyn EngineFactory, String)> = limit_plan
@@ -746,13 +776,9 @@ fn parent(
         .chain(after_plan.iter().map(|p| (true, p)))
     {
         let label = report::label(f.name(), setup);
-        described.push((
-            label.clone(),
-            obj(f
-                .describe(setup, &ecfg)
-                .into_iter()
-                .map(|(k, v)| (k, Json::from(v)))),
-        ));
+        described
+            .0
+            .push((label.clone(), Pairs(f.describe(setup, &ecfg))));
         eprintln!("== {label}");
         let results = raw.join(format!("{}.rows", dir_name(f.name(), setup)));
         let _ = fs::remove_file(&results);
@@ -837,54 +863,45 @@ fn parent(
         wkb_device.map_or("/proc/self/io write_bytes".to_string(), |d| format!("device {} sectors", d.name))
     );
 
-    let config = obj([
-        ("command", Json::from(command.clone())),
-        ("quick", cfg.quick.into()),
-        ("docs", cfg.docs.into()),
-        ("secs", cfg.secs.into()),
-        ("key_size", cfg.key_size.into()),
-        ("value_size", cfg.value_size.into()),
-        ("threads", cfg.threads.into()),
-        ("load_batch", cfg.batch.into()),
-        (
-            "steps",
-            Json::Arr(cfg.steps.iter().map(|s| Json::from(s.name())).collect()),
-        ),
-        (
-            "larch_setups",
-            Json::Arr(cfg.larch_setups.iter().map(|s| Json::from(s.as_str())).collect()),
-        ),
-        ("seed", Json::from(seed.to_string())),
-        ("dir", Json::from(db_root.display().to_string())),
-        ("out", Json::from(out.display().to_string())),
-        ("mem_limit_bytes", cfg.mem_limit.into()),
-        ("mode", Json::from(mode.clone())),
-        ("wkb_source", Json::from(wkb_source.clone())),
-        (
-            "method",
-            obj([
-                ("process", Json::from("each engine/setup and each limit runs in its own child process (a re-execution of this binary); counters are that process's own")),
-                ("keys", Json::from(format!("key of document i (1..=docs) = big-endian splitmix64(i) then more hash bytes, {} bytes: distinct, not in insertion order", cfg.key_size))),
-                ("values", Json::from("random bytes (incompressible), a window of a 1 MiB pool")),
-                ("seeds", Json::from("each thread of each step has its own seed derived from the run seed, the same for every engine")),
-                ("load", Json::from("documents 1..=docs in key-hash order, batches of load_batch per commit, async, then one sync counted in the time; latency is per commit")),
-                ("ows", Json::from("random existing keys overwritten, one key per commit, sync")),
-                ("owa", Json::from("random existing keys overwritten, one key per commit, async; a sync after the step (untimed) before the counters close")),
-                ("pqw/rqw", Json::from("readers plus one writer thread limited to 1000 async single-key commits/s; ops counts reads; a sync after the step (untimed)")),
-                ("pq/rq", Json::from("point reads of one random existing key / range reads of 20 entries from one, each its own read transaction")),
-                ("latency", Json::from("hdrhistogram of each operation's time (one clock read per operation)")),
-                ("rss", Json::from("VmHWM after resetting it (clear_refs 5) at the step's start: includes mapped file pages")),
-            ]),
-        ),
-        ("source_revision", revision.into()),
-        ("loadavg_at_end", machine::loadavg().into()),
-        ("engines", obj(described)),
-        ("elapsed_secs", started.elapsed().as_secs_f64().into()),
-    ]);
+    let config = RunConfig {
+        command: &command,
+        quick: cfg.quick,
+        docs: cfg.docs,
+        secs: cfg.secs,
+        key_size: cfg.key_size,
+        value_size: cfg.value_size,
+        threads: cfg.threads,
+        load_batch: cfg.batch,
+        steps: cfg.steps.iter().map(|s| s.name()).collect(),
+        larch_setups: &cfg.larch_setups,
+        seed: seed.to_string(),
+        dir: db_root.display().to_string(),
+        out: out.display().to_string(),
+        mem_limit_bytes: cfg.mem_limit,
+        mode: &mode,
+        wkb_source: &wkb_source,
+        method: Pairs(vec![
+            ("process", "each engine/setup and each limit runs in its own child process (a re-execution of this binary); counters are that process's own".into()),
+            ("keys", format!("key of document i (1..=docs) = big-endian splitmix64(i) then more hash bytes, {} bytes: distinct, not in insertion order", cfg.key_size)),
+            ("values", "random bytes (incompressible), a window of a 1 MiB pool".into()),
+            ("seeds", "each thread of each step has its own seed derived from the run seed, the same for every engine".into()),
+            ("load", "documents 1..=docs in key-hash order, batches of load_batch per commit, async, then one sync counted in the time; latency is per commit".into()),
+            ("ows", "random existing keys overwritten, one key per commit, sync".into()),
+            ("owa", "random existing keys overwritten, one key per commit, async; a sync after the step (untimed) before the counters close".into()),
+            ("pqw/rqw", "readers plus one writer thread limited to 1000 async single-key commits/s; ops counts reads; a sync after the step (untimed)".into()),
+            ("pq/rq", "point reads of one random existing key / range reads of 20 entries from one, each its own read transaction".into()),
+            ("latency", "hdrhistogram of each operation's time (one clock read per operation)".into()),
+            ("rss", "VmHWM after resetting it (clear_refs 5) at the step's start: includes mapped file pages".into()),
+        ]),
+        source_revision: revision,
+        loadavg_at_end: machine::loadavg(),
+        engines: described,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    };
     let json_path = out.join("results.json");
     let csv_path = out.join("results.csv");
     let svg_path = out.join("chart.svg");
-    fs::write(&json_path, report::results_json(machine, config, &rows))
+    fs::write(&json_path, report::results_json(&machine, &config, &rows))
         .map_err(|e| format!("{}: {e}", json_path.display()))?;
     fs::write(&csv_path, report::results_csv(&rows))
         .map_err(|e| format!("{}: {e}", csv_path.display()))?;

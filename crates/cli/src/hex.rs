@@ -1,4 +1,10 @@
 //! Hex encoding for keys and values on the command line and in dump/load streams.
+//!
+//! Not the `hex` crate: its decode error names the bad character's 0-based position, reports
+//! an odd length before a bad character (`6g7` would say "odd", not where the `g` is), and
+//! shows a non-ASCII byte as the Latin-1 character of that value. `larch load` and `--hex`
+//! name the character a user should fix, 1-based and as a byte value when not printable;
+//! wrapping the crate to say that would be as long as this file.
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 

@@ -1,149 +1,75 @@
-//! A minimal JSON writer for `--json` outputs (the CLI does not depend on serde).
+//! How `--json` outputs are written: serde_json's compact form, one object on one line, with
+//! two spellings kept from before serde so that the output stays byte for byte what scripts
+//! have been reading: floats as Rust's `Display` writes them (`0`, not `0.0`; never an
+//! exponent), and U+0008 and U+000C as `\u0008` and `\u000c` (serde_json: `\b`, `\f`).
+//! NaN and infinities are `null` (serde_json's rule, and the CLI's before it).
 
-/// A JSON value. Object keys are `&'static str`: every key the CLI writes is fixed.
-#[derive(Clone, Debug)]
-pub enum Json {
-    /// `null`
-    Null,
-    /// `true` / `false`
-    Bool(bool),
-    /// An unsigned integer (page ids, counts, txids).
-    Int(u64),
-    /// A float; NaN and infinities become `null`, which JSON has no other way to say.
-    Float(f64),
-    /// A string, escaped on output.
-    Str(String),
-    /// An array.
-    Arr(Vec<Json>),
-    /// An object, keys in the given order.
-    Obj(Vec<(&'static str, Json)>),
-}
+use std::io::{self, Write};
 
-impl Json {
-    /// The compact JSON text.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        self.write(&mut out);
-        out
+use serde::Serialize;
+use serde_json::ser::{CharEscape, CompactFormatter, Formatter, Serializer};
+
+/// serde_json's [`CompactFormatter`] with the two spellings above.
+struct Spelling;
+
+impl Formatter for Spelling {
+    fn write_f64<W: ?Sized + Write>(&mut self, w: &mut W, x: f64) -> io::Result<()> {
+        // Only finite values get here.
+        write!(w, "{x}")
     }
 
-    fn write(&self, out: &mut String) {
-        match self {
-            Json::Null => out.push_str("null"),
-            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-            Json::Int(n) => out.push_str(&n.to_string()),
-            Json::Float(f) if f.is_finite() => {
-                // Rust prints finite floats without exponent ("0.25", "3"): valid JSON.
-                out.push_str(&f.to_string())
-            }
-            Json::Float(_) => out.push_str("null"),
-            Json::Str(s) => escape_into(s, out),
-            Json::Arr(items) => {
-                out.push('[');
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    v.write(out);
-                }
-                out.push(']');
-            }
-            Json::Obj(fields) => {
-                out.push('{');
-                for (i, (k, v)) in fields.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    escape_into(k, out);
-                    out.push(':');
-                    v.write(out);
-                }
-                out.push('}');
-            }
+    fn write_char_escape<W: ?Sized + Write>(&mut self, w: &mut W, e: CharEscape) -> io::Result<()> {
+        match e {
+            CharEscape::Backspace => w.write_all(b"\\u0008"),
+            CharEscape::FormFeed => w.write_all(b"\\u000c"),
+            e => CompactFormatter.write_char_escape(w, e),
         }
     }
 }
 
-/// Write `s` as a quoted JSON string.
-pub fn escape_into(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-impl From<u64> for Json {
-    fn from(n: u64) -> Json {
-        Json::Int(n)
-    }
-}
-impl From<u32> for Json {
-    fn from(n: u32) -> Json {
-        Json::Int(n.into())
-    }
-}
-impl From<usize> for Json {
-    fn from(n: usize) -> Json {
-        Json::Int(n as u64)
-    }
-}
-impl From<f64> for Json {
-    fn from(f: f64) -> Json {
-        Json::Float(f)
-    }
-}
-impl From<bool> for Json {
-    fn from(b: bool) -> Json {
-        Json::Bool(b)
-    }
-}
-impl From<&str> for Json {
-    fn from(s: &str) -> Json {
-        Json::Str(s.to_string())
-    }
-}
-impl From<String> for Json {
-    fn from(s: String) -> Json {
-        Json::Str(s)
-    }
-}
-impl<T: Into<Json>> From<Option<T>> for Json {
-    fn from(v: Option<T>) -> Json {
-        v.map_or(Json::Null, Into::into)
-    }
-}
-impl<T: Into<Json>> From<Vec<T>> for Json {
-    fn from(v: Vec<T>) -> Json {
-        Json::Arr(v.into_iter().map(Into::into).collect())
-    }
+/// Write `value` as one line of JSON.
+pub fn write_line(out: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
+    value.serialize(&mut Serializer::with_formatter(&mut *out, Spelling))?;
+    out.write_all(b"\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[derive(Serialize)]
+    struct Sample {
+        s: &'static str,
+        n: u64,
+        f: f64,
+        whole: f64,
+        tiny: f64,
+        nan: f64,
+        none: Option<u64>,
+        a: Vec<&'static str>,
+    }
+
     #[test]
-    fn escapes_and_nests() {
-        let v = Json::Obj(vec![
-            ("s", "a\"b\\c\nd\u{1}é".into()),
-            ("n", 7u64.into()),
-            ("f", 0.5.into()),
-            ("nan", f64::NAN.into()),
-            ("none", Option::<u64>::None.into()),
-            ("a", vec!["x", "y"].into()),
-        ]);
+    fn writes_the_spellings_scripts_have_been_reading() {
+        let v = Sample {
+            s: "a\"b\\c\nd\u{1}\u{8}\u{c}\té",
+            n: 7,
+            f: 0.5,
+            whole: 3.0,
+            tiny: 1e-7,
+            nan: f64::NAN,
+            none: None,
+            a: vec!["x", "y"],
+        };
+        let mut out = Vec::new();
+        write_line(&mut out, &v).unwrap();
         assert_eq!(
-            v.render(),
-            r#"{"s":"a\"b\\c\nd\u0001é","n":7,"f":0.5,"nan":null,"none":null,"a":["x","y"]}"#
+            String::from_utf8(out).unwrap(),
+            concat!(
+                r#"{"s":"a\"b\\c\nd\u0001\u0008\u000c\té","n":7,"f":0.5,"whole":3,"#,
+                r#""tiny":0.0000001,"nan":null,"none":null,"a":["x","y"]}"#,
+                "\n"
+            )
         );
     }
 }

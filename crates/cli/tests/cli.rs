@@ -8,7 +8,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use support::json::{self, Json};
+use serde_json::Value;
+use support::json::{self, Get};
 
 const BIN: &str = env!("CARGO_BIN_EXE_larch");
 const PS: usize = 4096;
@@ -87,11 +88,11 @@ fn sample_db(dir: &Path, n: usize) -> PathBuf {
     path
 }
 
-fn parse_json(r: &Run) -> Json {
+fn parse_json(r: &Run) -> Value {
     json::parse(&r.stdout).unwrap_or_else(|e| panic!("invalid JSON ({e}): {}", r.stdout))
 }
 
-fn pages_json(path: &Path) -> Json {
+fn pages_json(path: &Path) -> Value {
     parse_json(&ok(&["pages", s(path), "--json"]))
 }
 
@@ -138,7 +139,7 @@ fn demo_builds_checks_and_reports() {
     assert!(r.stdout.trim_end().ends_with("check: ok"), "{}", r.stdout);
     // The file was kept and holds the surviving half.
     let stat = parse_json(&ok(&["stat", s(&path), "--json"]));
-    assert_eq!(stat.get("trees").arr()[0].get("entries").u64(), 12500);
+    assert_eq!(stat.field("trees").arr()[0].field("entries").u64(), 12500);
     // A path that exists is refused rather than overwritten.
     let again = run(&["demo", "--count", "10", "--path", s(&path)]);
     assert_eq!(again.code, 1);
@@ -329,7 +330,7 @@ fn dump_load_round_trip_with_binary_keys_and_a_large_value() {
     );
     assert_eq!(
         parse_json(&ok(&["info", s(&b), "--json"]))
-            .get("page_size")
+            .field("page_size")
             .u64(),
         8192
     );
@@ -343,15 +344,15 @@ fn dump_load_round_trip_with_binary_keys_and_a_large_value() {
 
     // The large value shows up in `pages` as one overflow page and its continuation run.
     let pages = pages_json(&a);
-    let rows = pages.get("pages").arr();
+    let rows = pages.field("pages").arr();
     let first = rows
         .iter()
-        .find(|r| r.get("overflow_len") == &Json::Num(big.len() as f64))
+        .find(|r| r.field("overflow_len") == &Value::from(big.len()))
         .expect("overflow page");
-    let id = first.get("id").u64() as usize;
+    let id = first.field("id").u64() as usize;
     let run_len = (24 + big.len()).div_ceil(PS);
     for r in &rows[id + 1..id + run_len] {
-        assert_eq!(r.get("type").str(), "overflow-cont");
+        assert_eq!(r.field("type").str(), "overflow-cont");
     }
     let page = ok(&["page", s(&a), &id.to_string()]).stdout;
     assert!(
@@ -454,18 +455,18 @@ fn info_reports_metas_and_space_as_text_and_json() {
     ] {
         assert!(v.has(key), "no {key:?} in {}", r.stdout);
     }
-    let txid = v.get("txid").u64();
+    let txid = v.field("txid").u64();
     assert_eq!(txid, 5, "four load commits and a put");
-    assert_eq!(v.get("other_txid").u64(), txid - 1);
-    assert_eq!(v.get("durable"), &Json::Bool(true));
-    assert_eq!(v.get("meta_fallback"), &Json::Null);
+    assert_eq!(v.field("other_txid").u64(), txid - 1);
+    assert_eq!(v.field("durable"), &Value::Bool(true));
+    assert_eq!(v.field("meta_fallback"), &Value::Null);
     assert_eq!(
-        v.get("file_bytes").u64(),
+        v.field("file_bytes").u64(),
         std::fs::metadata(&f).unwrap().len()
     );
-    let names: Vec<&str> = v.get("trees").arr().iter().map(Json::str).collect();
+    let names: Vec<&str> = v.field("trees").arr().iter().map(Get::str).collect();
     assert_eq!(names, ["main", "users"]);
-    let ratio = v.get("dead_ratio").num();
+    let ratio = v.field("dead_ratio").num();
     assert!((0.0..1.0).contains(&ratio));
 }
 
@@ -483,16 +484,16 @@ fn stat_shows_each_tree() {
         "{text}"
     );
     let v = parse_json(&ok(&["stat", s(&f), "--tree", "main", "--json"]));
-    let trees = v.get("trees").arr();
+    let trees = v.field("trees").arr();
     assert_eq!(trees.len(), 1);
     let t = &trees[0];
-    assert_eq!(t.get("name").str(), "main");
-    assert_eq!(t.get("entries").u64(), 3000);
-    assert_eq!(t.get("depth").u64(), 2);
-    assert_eq!(t.get("branch_pages").u64(), 1);
-    assert!(t.get("leaf_pages").u64() > 10);
-    assert_eq!(t.get("overflow_pages").u64(), 0);
-    let fill = t.get("fill").num();
+    assert_eq!(t.field("name").str(), "main");
+    assert_eq!(t.field("entries").u64(), 3000);
+    assert_eq!(t.field("depth").u64(), 2);
+    assert_eq!(t.field("branch_pages").u64(), 1);
+    assert!(t.field("leaf_pages").u64() > 10);
+    assert_eq!(t.field("overflow_pages").u64(), 0);
+    let fill = t.field("fill").num();
     assert!(fill > 0.3 && fill <= 1.0, "fill {fill}");
     assert_eq!(run(&["stat", s(&f), "--tree", "nope"]).code, 1);
 }
@@ -504,9 +505,9 @@ fn check_passes_a_sound_file() {
     let r = ok(&["check", s(&f)]);
     assert_eq!(r.stdout.lines().next(), Some("ok"));
     let v = parse_json(&ok(&["check", s(&f), "--json"]));
-    assert_eq!(v.get("ok"), &Json::Bool(true));
-    assert!(v.get("problems").arr().is_empty());
-    assert!(v.get("reachable_pages").u64() > 2);
+    assert_eq!(v.field("ok"), &Value::Bool(true));
+    assert!(v.field("problems").arr().is_empty());
+    assert!(v.field("reachable_pages").u64() > 2);
 }
 
 #[test]
@@ -515,37 +516,39 @@ fn pages_lists_every_page_and_page_decodes_one() {
     let f = sample_db(dir.path(), 2000);
     let info = parse_json(&ok(&["info", s(&f), "--json"]));
     let v = pages_json(&f);
-    let rows = v.get("pages").arr();
-    assert_eq!(rows.len() as u64, info.get("high_water").u64());
-    assert!(v.get("problems").arr().is_empty());
-    let kind = |i: usize| rows[i].get("type").str().to_string();
+    let rows = v.field("pages").arr();
+    assert_eq!(rows.len() as u64, info.field("high_water").u64());
+    assert!(v.field("problems").arr().is_empty());
+    let kind = |i: usize| rows[i].field("type").str().to_string();
     assert_eq!((kind(0), kind(1)), ("meta".into(), "meta".into()));
     let count = |t: &str, tree: &str| {
         rows.iter()
-            .filter(|r| r.get("type").str() == t && r.get("tree") == &Json::Str(tree.into()))
+            .filter(|r| {
+                r.field("type").str() == t && r.field("tree") == &Value::String(tree.into())
+            })
             .count()
     };
     let stat = parse_json(&ok(&["stat", s(&f), "--json"]));
     let leaves: u64 = stat
-        .get("trees")
+        .field("trees")
         .arr()
         .iter()
-        .map(|t| t.get("leaf_pages").u64())
+        .map(|t| t.field("leaf_pages").u64())
         .sum();
     assert_eq!(count("leaf", "data") as u64, leaves);
     assert!(count("leaf", "catalog") >= 1 && count("leaf", "freemap") >= 1);
     let free = rows
         .iter()
-        .filter(|r| r.get("type").str() == "free")
+        .filter(|r| r.field("type").str() == "free")
         .count() as u64;
     assert_eq!(
         free,
-        info.get("high_water").u64() - info.get("live_pages").u64(),
+        info.field("high_water").u64() - info.field("live_pages").u64(),
         "free pages = dead pages"
     );
     for r in rows {
         assert!(
-            ["meta", "branch", "leaf", "free"].contains(&r.get("type").str()),
+            ["meta", "branch", "leaf", "free"].contains(&r.field("type").str()),
             "unexpected row {r:?}"
         );
     }
@@ -562,9 +565,11 @@ fn pages_lists_every_page_and_page_decodes_one() {
     // A data leaf: header fields and its entries, hex and text.
     let leaf = rows
         .iter()
-        .find(|r| r.get("type").str() == "leaf" && r.get("name") == &Json::Str("main".into()))
+        .find(|r| {
+            r.field("type").str() == "leaf" && r.field("name") == &Value::String("main".into())
+        })
         .unwrap();
-    let id = leaf.get("id").u64().to_string();
+    let id = leaf.field("id").u64().to_string();
     let p = ok(&["page", s(&f), &id, "--raw"]).stdout;
     for want in [
         "type: leaf",
@@ -578,21 +583,21 @@ fn pages_lists_every_page_and_page_decodes_one() {
     ] {
         assert!(p.contains(want), "no {want:?} in page {id}:\n{p}");
     }
-    assert!(p.contains(&format!("txid: {}", leaf.get("txid").u64())));
+    assert!(p.contains(&format!("txid: {}", leaf.field("txid").u64())));
     // A branch: children and separators.
     let branch = rows
         .iter()
-        .find(|r| r.get("type").str() == "branch")
+        .find(|r| r.field("type").str() == "branch")
         .unwrap();
-    let p = ok(&["page", s(&f), &branch.get("id").u64().to_string()]).stdout;
+    let p = ok(&["page", s(&f), &branch.field("id").u64().to_string()]).stdout;
     assert!(
         p.contains("children:") && p.contains("separator (none)  child "),
         "{p}"
     );
     // The metas.
-    let m = ok(&["page", s(&f), &(info.get("txid").u64() % 2).to_string()]).stdout;
+    let m = ok(&["page", s(&f), &(info.field("txid").u64() % 2).to_string()]).stdout;
     assert!(
-        m.contains("valid: yes") && m.contains(&format!("txid: {}", info.get("txid").u64())),
+        m.contains("valid: yes") && m.contains(&format!("txid: {}", info.field("txid").u64())),
         "{m}"
     );
     assert!(m.contains("the newest commit"), "{m}");
@@ -665,7 +670,7 @@ fn assert_damage_handled(f: &Path, what: &str) -> Run {
     assert_ne!(r.stdout.lines().next(), Some("ok"), "{what}");
     let j = run(&["check", s(f), "--json"]);
     assert_eq!(j.code, 1);
-    assert_eq!(parse_json(&j).get("ok"), &Json::Bool(false), "{what}");
+    assert_eq!(parse_json(&j).field("ok"), &Value::Bool(false), "{what}");
     r
 }
 
@@ -673,11 +678,13 @@ fn assert_damage_handled(f: &Path, what: &str) -> Run {
 fn damaged_files_exit_1_without_panicking() {
     let dir = tempfile::tempdir().unwrap();
     let pristine = sample_db(dir.path(), 4000);
-    let rows = pages_json(&pristine).get("pages").arr().to_vec();
+    let rows = pages_json(&pristine).field("pages").arr().to_vec();
     let ids = |t: &str| -> Vec<usize> {
         rows.iter()
-            .filter(|r| r.get("type").str() == t && r.get("tree") == &Json::Str("data".into()))
-            .map(|r| r.get("id").u64() as usize)
+            .filter(|r| {
+                r.field("type").str() == t && r.field("tree") == &Value::String("data".into())
+            })
+            .map(|r| r.field("id").u64() as usize)
             .collect()
     };
     let leaves = ids("leaf");
@@ -775,7 +782,7 @@ fn damaged_files_exit_1_without_panicking() {
         .stdout
         .contains("valid: no (meta page is all zero"));
     let j = run(&["check", s(&f), "--json"]);
-    assert_eq!(parse_json(&j).get("ok"), &Json::Bool(false));
+    assert_eq!(parse_json(&j).field("ok"), &Value::Bool(false));
     assert_eq!(
         run(&["put", s(&f), "k", "v"]).code,
         1,
@@ -808,13 +815,13 @@ fn a_damaged_older_meta_is_a_note_not_a_failure() {
     let dir = tempfile::tempdir().unwrap();
     let f = sample_db(dir.path(), 100);
     let txid = parse_json(&ok(&["info", s(&f), "--json"]))
-        .get("txid")
+        .field("txid")
         .u64();
     let older = (txid + 1) % 2;
     patch(&f, older as usize * PS + 20, &[0x55]);
     let v = parse_json(&ok(&["info", s(&f), "--json"]));
-    assert_eq!(v.get("other_txid"), &Json::Null);
-    assert!(v.get("meta_fallback").str().contains("damaged"), "{v:?}");
+    assert_eq!(v.field("other_txid"), &Value::Null);
+    assert!(v.field("meta_fallback").str().contains("damaged"), "{v:?}");
     let r = ok(&["check", s(&f)]);
     assert_eq!(r.stdout.lines().next(), Some("ok"));
     assert!(r.stdout.contains("note: meta fallback"), "{}", r.stdout);
@@ -898,8 +905,8 @@ fn compact_to_a_new_file_round_trips_and_shrinks() {
     assert_eq!(ok(&["check", s(&dst)]).stdout.lines().next(), Some("ok"));
     // No free pages in the copy.
     let info = parse_json(&ok(&["info", s(&dst), "--json"]));
-    assert_eq!(info.get("dead_ratio").num(), 0.0);
-    assert_eq!(info.get("file_bytes").u64(), dst_bytes);
+    assert_eq!(info.field("dead_ratio").num(), 0.0);
+    assert_eq!(info.field("file_bytes").u64(), dst_bytes);
     // The copy is an ordinary database: writable, and compactable again.
     ok(&["put", s(&dst), "bob", "2"]);
     let again = dir.path().join("again.larch");
@@ -979,12 +986,14 @@ fn compact_errors_and_usage() {
         assert!(r.stderr.contains("junk.larch"), "{args:?}: {}", r.stderr);
     }
     // A damaged leaf: the compaction stops instead of copying it.
-    let rows = pages_json(&src).get("pages").arr().to_vec();
+    let rows = pages_json(&src).field("pages").arr().to_vec();
     let leaf = rows
         .iter()
-        .find(|r| r.get("type").str() == "leaf" && r.get("name") == &Json::Str("main".into()))
+        .find(|r| {
+            r.field("type").str() == "leaf" && r.field("name") == &Value::String("main".into())
+        })
         .unwrap()
-        .get("id")
+        .field("id")
         .u64() as usize;
     let damaged = dir.path().join("damaged.larch");
     std::fs::copy(&src, &damaged).unwrap();
@@ -1125,9 +1134,9 @@ fn bench_path_keep_and_errors() {
     // The kept file holds the keys: 10-byte big-endian counters, in the default tree.
     assert_eq!(ok(&["check", s(&kept)]).stdout.lines().next(), Some("ok"));
     let info = parse_json(&ok(&["info", s(&kept), "--json"]));
-    assert_eq!(info.get("page_size").u64(), 8192);
+    assert_eq!(info.field("page_size").u64(), 8192);
     let stat = parse_json(&ok(&["stat", s(&kept), "--json"]));
-    assert_eq!(stat.get("trees").arr()[0].get("entries").u64(), 1500);
+    assert_eq!(stat.field("trees").arr()[0].field("entries").u64(), 1500);
     let v = ok(&["get", s(&kept), "000000000000000005db", "--hex"]).stdout;
     assert_eq!(v.len(), 2 * 5000 + 1);
     assert!(
@@ -1198,14 +1207,14 @@ fn a_bit_flip_in_the_last_commit_fails_check_and_fall_back_names_what_it_discard
     let r = run_with(&["load", s(&f), "--batch", "400"], input.as_bytes());
     assert_eq!(r.code, 0, "{}", r.stderr);
     let last = parse_json(&ok(&["info", s(&f), "--json"]))
-        .get("txid")
+        .field("txid")
         .u64();
-    let rows = pages_json(&f).get("pages").arr().to_vec();
+    let rows = pages_json(&f).field("pages").arr().to_vec();
     let leaf = rows
         .iter()
-        .find(|r| r.get("type").str() == "leaf" && r.get("txid").u64() == last)
+        .find(|r| r.field("type").str() == "leaf" && r.field("txid").u64() == last)
         .expect("the last commit wrote a leaf")
-        .get("id")
+        .field("id")
         .u64() as usize;
     let at = leaf * PS + 3000;
     let byte = std::fs::read(&f).unwrap()[at];

@@ -5,9 +5,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
+use serde::Serialize;
 
 use crate::error::{engine, CliError, CliResult};
-use crate::json::Json;
 use crate::progress::Progress;
 
 /// Arguments of `larch check`.
@@ -24,6 +24,34 @@ pub struct CheckArgs {
     pub fall_back: bool,
 }
 
+/// The `--json` object of a file that was checked; the keys, their order and their types are
+/// a contract.
+#[derive(Serialize)]
+struct CheckJson<'a> {
+    ok: bool,
+    txid: u64,
+    reachable_pages: u64,
+    unreachable_pages: u64,
+    notes: &'a [String],
+    problems: Vec<ProblemJson<'a>>,
+}
+
+/// One of `problems`.
+#[derive(Serialize)]
+struct ProblemJson<'a> {
+    page: Option<u64>,
+    what: &'a str,
+}
+
+/// The `--json` object of a file that could not be opened.
+#[derive(Serialize)]
+struct OpenFailedJson {
+    ok: bool,
+    error: String,
+    /// Always empty: the same key as a checked file's, for scripts.
+    problems: Vec<ProblemJson<'static>>,
+}
+
 /// Run `larch check`.
 pub fn run(a: CheckArgs) -> CliResult {
     let progress = Progress::spinner("check");
@@ -38,38 +66,34 @@ pub fn run(a: CheckArgs) -> CliResult {
             // A file that cannot even be opened is damage too. With --json, scripts still get
             // an object to read.
             if a.json {
-                let msg = e.message.clone().unwrap_or_default();
-                let v = Json::Obj(vec![
-                    ("ok", false.into()),
-                    ("error", msg.into()),
-                    ("problems", Json::Arr(vec![])),
-                ]);
-                writeln!(out, "{}", v.render())?;
+                let v = OpenFailedJson {
+                    ok: false,
+                    error: e.message.clone().unwrap_or_default(),
+                    problems: Vec::new(),
+                };
+                crate::json::write_line(&mut out, &v)?;
                 out.flush()?;
             }
             return Err(e);
         }
     };
     if a.json {
-        let problems = report
-            .problems
-            .iter()
-            .map(|p| {
-                Json::Obj(vec![
-                    ("page", p.page.into()),
-                    ("what", p.what.as_str().into()),
-                ])
-            })
-            .collect();
-        let v = Json::Obj(vec![
-            ("ok", report.is_ok().into()),
-            ("txid", report.txid.into()),
-            ("reachable_pages", report.reachable_pages.into()),
-            ("unreachable_pages", report.unreachable_pages.into()),
-            ("notes", report.notes.clone().into()),
-            ("problems", Json::Arr(problems)),
-        ]);
-        writeln!(out, "{}", v.render())?;
+        let v = CheckJson {
+            ok: report.is_ok(),
+            txid: report.txid,
+            reachable_pages: report.reachable_pages,
+            unreachable_pages: report.unreachable_pages,
+            notes: &report.notes,
+            problems: report
+                .problems
+                .iter()
+                .map(|p| ProblemJson {
+                    page: p.page,
+                    what: &p.what,
+                })
+                .collect(),
+        };
+        crate::json::write_line(&mut out, &v)?;
     } else {
         if report.is_ok() {
             writeln!(out, "ok")?;

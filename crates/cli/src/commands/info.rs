@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
+use serde::Serialize;
 
 use crate::error::{engine, CliResult};
-use crate::json::Json;
 
 /// Arguments of `larch info`.
 #[derive(Args, Debug)]
@@ -16,6 +16,26 @@ pub struct InfoArgs {
     /// Print one JSON object instead of lines.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The `--json` object; the keys, their order and their types are a contract.
+#[derive(Serialize)]
+struct InfoJson<'a> {
+    file: String,
+    page_size: usize,
+    txid: u64,
+    other_txid: Option<u64>,
+    durable: bool,
+    durable_txid: u64,
+    file_bytes: u64,
+    high_water: u64,
+    live_pages: u64,
+    free_pages: u64,
+    pending_pages: u64,
+    dead_pages: u64,
+    dead_ratio: f64,
+    trees: &'a [String],
+    meta_fallback: Option<&'a str>,
 }
 
 /// Run `larch info`.
@@ -28,24 +48,24 @@ pub fn run(a: InfoArgs) -> CliResult {
     let durable = s.durable_txid >= s.txid;
     let mut out = super::stdout();
     if a.json {
-        let v = Json::Obj(vec![
-            ("file", a.file.display().to_string().into()),
-            ("page_size", s.page_size.into()),
-            ("txid", s.txid.into()),
-            ("other_txid", s.other_meta_txid.into()),
-            ("durable", durable.into()),
-            ("durable_txid", s.durable_txid.into()),
-            ("file_bytes", s.file_bytes.into()),
-            ("high_water", s.high_water.into()),
-            ("live_pages", s.live_pages.into()),
-            ("free_pages", s.free_pages.into()),
-            ("pending_pages", s.pending_pages.into()),
-            ("dead_pages", s.dead_pages.into()),
-            ("dead_ratio", s.dead_ratio.into()),
-            ("trees", trees.into()),
-            ("meta_fallback", s.meta_fallback.clone().into()),
-        ]);
-        writeln!(out, "{}", v.render())?;
+        let v = InfoJson {
+            file: a.file.display().to_string(),
+            page_size: s.page_size,
+            txid: s.txid,
+            other_txid: s.other_meta_txid,
+            durable,
+            durable_txid: s.durable_txid,
+            file_bytes: s.file_bytes,
+            high_water: s.high_water,
+            live_pages: s.live_pages,
+            free_pages: s.free_pages,
+            pending_pages: s.pending_pages,
+            dead_pages: s.dead_pages,
+            dead_ratio: s.dead_ratio,
+            trees: &trees,
+            meta_fallback: s.meta_fallback.as_deref(),
+        };
+        crate::json::write_line(&mut out, &v)?;
     } else {
         let other = s
             .other_meta_txid

@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use serde::Serialize;
 
 use crate::error::{engine, CliError, CliResult};
-use crate::json::Json;
 use crate::layout::{self, Layout, Row};
 use crate::pagefile::PageFile;
 
@@ -50,38 +50,60 @@ fn crc_name(ok: Option<bool>) -> &'static str {
     }
 }
 
+/// The `--json` object; the keys, their order and their types are a contract.
+#[derive(Serialize)]
+struct PagesJson<'a> {
+    page_size: usize,
+    txid: u64,
+    high_water: u64,
+    file_pages: u64,
+    pages: Vec<PageJson<'a>>,
+    problems: &'a [String],
+}
+
+/// One of `pages`.
+#[derive(Serialize)]
+struct PageJson<'a> {
+    id: usize,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    tree: Option<&'static str>,
+    name: Option<&'a str>,
+    txid: Option<u64>,
+    count: Option<u64>,
+    overflow_len: Option<u64>,
+    crc_ok: Option<bool>,
+}
+
 /// Run `larch pages`.
 pub fn run(a: PagesArgs) -> CliResult {
     let (pf, l) = layout_of(&a.file)?;
     let tree_name = |r: &Row| r.tree.and_then(|i| l.trees.get(i)).cloned();
     let mut out = super::stdout();
     if a.json {
-        let pages = l
-            .rows
-            .iter()
-            .enumerate()
-            .map(|(id, r)| {
-                Json::Obj(vec![
-                    ("id", id.into()),
-                    ("type", r.kind.name().into()),
-                    ("tree", r.role.map(|x| x.name()).into()),
-                    ("name", tree_name(r).into()),
-                    ("txid", r.txid.into()),
-                    ("count", r.count.into()),
-                    ("overflow_len", r.overflow_len.into()),
-                    ("crc_ok", r.crc_ok.into()),
-                ])
-            })
-            .collect();
-        let v = Json::Obj(vec![
-            ("page_size", pf.page_size.into()),
-            ("txid", l.meta.txid.into()),
-            ("high_water", l.meta.high_water.into()),
-            ("file_pages", pf.pages().into()),
-            ("pages", Json::Arr(pages)),
-            ("problems", l.problems.clone().into()),
-        ]);
-        writeln!(out, "{}", v.render())?;
+        let v = PagesJson {
+            page_size: pf.page_size,
+            txid: l.meta.txid,
+            high_water: l.meta.high_water,
+            file_pages: pf.pages(),
+            pages: l
+                .rows
+                .iter()
+                .enumerate()
+                .map(|(id, r)| PageJson {
+                    id,
+                    kind: r.kind.name(),
+                    tree: r.role.map(|x| x.name()),
+                    name: r.tree.and_then(|i| l.trees.get(i)).map(String::as_str),
+                    txid: r.txid,
+                    count: r.count,
+                    overflow_len: r.overflow_len,
+                    crc_ok: r.crc_ok,
+                })
+                .collect(),
+            problems: &l.problems,
+        };
+        crate::json::write_line(&mut out, &v)?;
     } else {
         writeln!(
             out,

@@ -4,9 +4,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
+use serde::Serialize;
 
 use crate::error::{engine, CliError, CliResult};
-use crate::json::Json;
 
 /// Arguments of `larch stat`.
 #[derive(Args, Debug)]
@@ -19,6 +19,27 @@ pub struct StatArgs {
     /// Print one JSON object instead of lines.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The `--json` object; the keys, their order and their types are a contract.
+#[derive(Serialize)]
+struct StatJson<'a> {
+    page_size: usize,
+    txid: u64,
+    trees: Vec<TreeJson<'a>>,
+}
+
+/// One of `trees`.
+#[derive(Serialize)]
+struct TreeJson<'a> {
+    name: &'a str,
+    depth: u32,
+    branch_pages: u64,
+    leaf_pages: u64,
+    overflow_pages: u64,
+    entries: u64,
+    used_bytes: u64,
+    fill: f64,
 }
 
 /// Run `larch stat`.
@@ -38,27 +59,24 @@ pub fn run(a: StatArgs) -> CliResult {
     }
     let mut out = super::stdout();
     if a.json {
-        let rows = trees
-            .iter()
-            .map(|t| {
-                Json::Obj(vec![
-                    ("name", t.name.as_str().into()),
-                    ("depth", t.depth.into()),
-                    ("branch_pages", t.branch_pages.into()),
-                    ("leaf_pages", t.leaf_pages.into()),
-                    ("overflow_pages", t.overflow_pages.into()),
-                    ("entries", t.entries.into()),
-                    ("used_bytes", t.used_bytes.into()),
-                    ("fill", t.fill(s.page_size).into()),
-                ])
-            })
-            .collect();
-        let v = Json::Obj(vec![
-            ("page_size", s.page_size.into()),
-            ("txid", s.txid.into()),
-            ("trees", Json::Arr(rows)),
-        ]);
-        writeln!(out, "{}", v.render())?;
+        let v = StatJson {
+            page_size: s.page_size,
+            txid: s.txid,
+            trees: trees
+                .iter()
+                .map(|t| TreeJson {
+                    name: &t.name,
+                    depth: t.depth,
+                    branch_pages: t.branch_pages,
+                    leaf_pages: t.leaf_pages,
+                    overflow_pages: t.overflow_pages,
+                    entries: t.entries,
+                    used_bytes: t.used_bytes,
+                    fill: t.fill(s.page_size),
+                })
+                .collect(),
+        };
+        crate::json::write_line(&mut out, &v)?;
     } else {
         writeln!(out, "page size: {}", s.page_size)?;
         for t in trees {

@@ -1,215 +1,120 @@
-//! A tiny JSON parser for checking `--json` outputs: strict enough that invalid JSON fails.
+//! Reading `--json` outputs in the tests: serde_json, plus the two checks a test needs that
+//! `serde_json::Value` does not make: a repeated key is an error (Value keeps the last), and a
+//! missing key fails the test (`value["key"]` is `null`).
 
-use std::collections::BTreeMap;
+use std::collections::HashSet;
+use std::fmt;
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Json {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<Json>),
-    Obj(BTreeMap<String, Json>),
+use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+/// Parse `text` as one JSON value; invalid JSON or a key repeated in an object is an error.
+pub fn parse(text: &str) -> Result<Value, String> {
+    serde_json::from_str::<NoRepeatedKeys>(text).map_err(|e| e.to_string())?;
+    serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
-impl Json {
-    pub fn get(&self, key: &str) -> &Json {
+/// Accessors that fail the test with the value shown when it does not have the shape the
+/// test expects.
+pub trait Get {
+    /// The value of `key`; panics if this is not an object or has no such key.
+    fn field(&self, key: &str) -> &Value;
+    /// Whether this is an object with `key`.
+    fn has(&self, key: &str) -> bool;
+    /// A number, as f64.
+    fn num(&self) -> f64;
+    /// A number written as an unsigned integer (no fraction, no exponent).
+    fn u64(&self) -> u64;
+    /// A string.
+    fn str(&self) -> &str;
+    /// An array.
+    fn arr(&self) -> &[Value];
+}
+
+impl Get for Value {
+    fn field(&self, key: &str) -> &Value {
         match self {
-            Json::Obj(m) => m
+            Value::Object(m) => m
                 .get(key)
-                .unwrap_or_else(|| panic!("no key {key:?} in {self:?}")),
-            _ => panic!("not an object: {self:?}"),
+                .unwrap_or_else(|| panic!("no key {key:?} in {self}")),
+            _ => panic!("not an object: {self}"),
         }
     }
-    pub fn has(&self, key: &str) -> bool {
-        matches!(self, Json::Obj(m) if m.contains_key(key))
+    fn has(&self, key: &str) -> bool {
+        matches!(self, Value::Object(m) if m.contains_key(key))
     }
-    pub fn num(&self) -> f64 {
-        match self {
-            Json::Num(n) => *n,
-            _ => panic!("not a number: {self:?}"),
-        }
+    fn num(&self) -> f64 {
+        self.as_f64()
+            .unwrap_or_else(|| panic!("not a number: {self}"))
     }
-    pub fn u64(&self) -> u64 {
-        let n = self.num();
-        assert!(n >= 0.0 && n.fract() == 0.0, "not an unsigned integer: {n}");
-        n as u64
+    fn u64(&self) -> u64 {
+        self.as_u64()
+            .unwrap_or_else(|| panic!("not an unsigned integer: {self}"))
     }
-    pub fn str(&self) -> &str {
-        match self {
-            Json::Str(s) => s,
-            _ => panic!("not a string: {self:?}"),
-        }
+    fn str(&self) -> &str {
+        self.as_str()
+            .unwrap_or_else(|| panic!("not a string: {self}"))
     }
-    pub fn arr(&self) -> &[Json] {
-        match self {
-            Json::Arr(a) => a,
-            _ => panic!("not an array: {self:?}"),
-        }
+    fn arr(&self) -> &[Value] {
+        self.as_array()
+            .unwrap_or_else(|| panic!("not an array: {self}"))
     }
 }
 
-pub fn parse(text: &str) -> Result<Json, String> {
-    let mut p = Parser {
-        b: text.trim_end().as_bytes(),
-        i: 0,
-    };
-    let v = p.value()?;
-    p.ws();
-    if p.i != p.b.len() {
-        return Err(format!("trailing text at {}", p.i));
+/// Any JSON value whose objects have no key twice.
+struct NoRepeatedKeys;
+
+impl<'de> Deserialize<'de> for NoRepeatedKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoRepeatedKeys)
     }
-    Ok(v)
 }
 
-struct Parser<'a> {
-    b: &'a [u8],
-    i: usize,
-}
+impl<'de> Visitor<'de> for NoRepeatedKeys {
+    type Value = NoRepeatedKeys;
 
-impl Parser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.b.len() && b" \t\r\n".contains(&self.b[self.i]) {
-            self.i += 1;
-        }
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
     }
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
+    fn visit_unit<E: Error>(self) -> Result<Self, E> {
+        Ok(self)
     }
-    fn eat(&mut self, c: u8) -> Result<(), String> {
-        self.ws();
-        if self.peek() == Some(c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(format!("expected {:?} at {}", c as char, self.i))
-        }
+    fn visit_bool<E: Error>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
     }
-    fn lit(&mut self, s: &str, v: Json) -> Result<Json, String> {
-        if self.b[self.i..].starts_with(s.as_bytes()) {
-            self.i += s.len();
-            Ok(v)
-        } else {
-            Err(format!("bad literal at {}", self.i))
-        }
+    fn visit_u64<E: Error>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
     }
-    fn value(&mut self) -> Result<Json, String> {
-        self.ws();
-        match self.peek().ok_or("unexpected end")? {
-            b'n' => self.lit("null", Json::Null),
-            b't' => self.lit("true", Json::Bool(true)),
-            b'f' => self.lit("false", Json::Bool(false)),
-            b'"' => self.string().map(Json::Str),
-            b'[' => {
-                self.i += 1;
-                let mut items = Vec::new();
-                self.ws();
-                if self.peek() == Some(b']') {
-                    self.i += 1;
-                    return Ok(Json::Arr(items));
-                }
-                loop {
-                    items.push(self.value()?);
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(Json::Arr(items));
-                        }
-                        _ => return Err(format!("bad array at {}", self.i)),
-                    }
-                }
+    fn visit_i64<E: Error>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E: Error>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E: Error>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Self, A::Error> {
+        while items.next_element::<NoRepeatedKeys>()?.is_some() {}
+        Ok(self)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<Self, A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = fields.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(A::Error::custom(format!("duplicate key {key:?}")));
             }
-            b'{' => {
-                self.i += 1;
-                let mut m = BTreeMap::new();
-                self.ws();
-                if self.peek() == Some(b'}') {
-                    self.i += 1;
-                    return Ok(Json::Obj(m));
-                }
-                loop {
-                    self.ws();
-                    let k = self.string()?;
-                    self.eat(b':')?;
-                    let v = self.value()?;
-                    if m.insert(k.clone(), v).is_some() {
-                        return Err(format!("duplicate key {k:?}"));
-                    }
-                    self.ws();
-                    match self.peek() {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(Json::Obj(m));
-                        }
-                        _ => return Err(format!("bad object at {}", self.i)),
-                    }
-                }
-            }
-            _ => self.number(),
+            fields.next_value::<NoRepeatedKeys>()?;
         }
-    }
-    fn number(&mut self) -> Result<Json, String> {
-        let start = self.i;
-        while self.i < self.b.len() && b"+-0123456789.eE".contains(&self.b[self.i]) {
-            self.i += 1;
-        }
-        let s = std::str::from_utf8(&self.b[start..self.i]).map_err(|e| e.to_string())?;
-        if s.is_empty() || s.starts_with('+') || s.starts_with('.') || s.ends_with('.') {
-            return Err(format!("bad number {s:?} at {start}"));
-        }
-        s.parse()
-            .map(Json::Num)
-            .map_err(|_| format!("bad number {s:?} at {start}"))
-    }
-    fn string(&mut self) -> Result<String, String> {
-        if self.peek() != Some(b'"') {
-            return Err(format!("expected a string at {}", self.i));
-        }
-        self.i += 1;
-        let mut out = Vec::new();
-        loop {
-            let c = self.peek().ok_or("unterminated string")?;
-            self.i += 1;
-            match c {
-                b'"' => return String::from_utf8(out).map_err(|e| e.to_string()),
-                b'\\' => {
-                    let e = self.peek().ok_or("bad escape")?;
-                    self.i += 1;
-                    match e {
-                        b'"' | b'\\' | b'/' => out.push(e),
-                        b'n' => out.push(b'\n'),
-                        b't' => out.push(b'\t'),
-                        b'r' => out.push(b'\r'),
-                        b'b' => out.push(8),
-                        b'f' => out.push(12),
-                        b'u' => {
-                            let h = std::str::from_utf8(
-                                self.b.get(self.i..self.i + 4).ok_or("short \\u")?,
-                            )
-                            .map_err(|e| e.to_string())?;
-                            let cp = u32::from_str_radix(h, 16).map_err(|e| e.to_string())?;
-                            self.i += 4;
-                            let ch = char::from_u32(cp).ok_or("surrogate \\u not supported")?;
-                            out.extend_from_slice(ch.to_string().as_bytes());
-                        }
-                        _ => return Err(format!("bad escape at {}", self.i)),
-                    }
-                }
-                c if c < 0x20 => return Err(format!("raw control character at {}", self.i)),
-                c => out.push(c),
-            }
-        }
+        Ok(self)
     }
 }
 
 #[test]
 fn parser_accepts_and_rejects() {
     let v = parse(r#"{"a":[1,2.5,-3e2],"b":null,"c":"x\"\u0001","d":true}"#).unwrap();
-    assert_eq!(v.get("a").arr().len(), 3);
-    assert_eq!(v.get("c").str(), "x\"\u{1}");
+    assert_eq!(v.field("a").arr().len(), 3);
+    assert_eq!(v.field("c").str(), "x\"\u{1}");
     for bad in [
         "{",
         "{\"a\":}",
@@ -218,6 +123,7 @@ fn parser_accepts_and_rejects() {
         "\"\n\"",
         "nul",
         "{\"a\":1,\"a\":2}",
+        "[{\"b\":{\"a\":1,\"a\":1}}]",
     ] {
         assert!(parse(bad).is_err(), "{bad:?} parsed");
     }
