@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 use crate::compact::{copy_snapshot, CompactReport};
-use crate::db::{Db, Handle, Inner, WriterState};
+use crate::db::{Db, OpenFile, Shared, WriterState};
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::read::ReadTx;
@@ -154,7 +154,7 @@ impl Trigger {
 }
 
 /// After a commit on `inner` (its writer state `w`): start a compaction if the threshold says so.
-pub(crate) fn maybe_start(handle: &Arc<Handle>, inner: &Inner, w: &mut WriterState) {
+pub(crate) fn maybe_start(handle: &Arc<Shared>, inner: &OpenFile, w: &mut WriterState) {
     let Some(threshold) = handle.opts.compaction_threshold else {
         return;
     };
@@ -258,7 +258,7 @@ fn temp_path(path: &Path) -> PathBuf {
     dir.join(format!(".{name}.autocompact.{}", std::process::id()))
 }
 
-fn run(h: &Arc<Handle>) -> Result<CompactReport> {
+fn run(h: &Arc<Shared>) -> Result<CompactReport> {
     let tmp = temp_path(&h.path);
     let _ = h.fs.remove(&tmp);
     let r = switch(h, &tmp);
@@ -276,8 +276,8 @@ fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
     })
 }
 
-fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
-    let old = h.core();
+fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
+    let old = h.current_file();
     let mut base = old.begin_read()?;
     copy_snapshot(&base, old.pager.file_len(), tmp, &*h.fs)?;
     h.compaction.cancelled()?;
@@ -331,10 +331,10 @@ fn switch(h: &Arc<Handle>, tmp: &Path) -> Result<CompactReport> {
         .unwrap_or_else(|| PathBuf::from("."));
     h.fs.sync_dir(&dir)
         .map_err(|e| io_err("fsync directory", &dir, e))?;
-    let inner = new.inner();
+    let inner = new.current_file();
     inner.writer.lock().trigger = Trigger::compacted();
     let after = inner.pager.file_len();
-    *h.core.write() = inner;
+    *h.current.write() = inner;
     old.retired.store(true, Ordering::Release);
     // Cached snapshots of the old file would keep it open; new reads go to the new one.
     h.snapshots.clear();

@@ -253,7 +253,7 @@ impl Db {
             txid: meta.txid,
             ..Default::default()
         };
-        let opened = &rx.core().opened;
+        let opened = &rx.file().opened;
         if let Some(d) = &opened.discarded {
             // Opened one commit back on request: the file lost a durable commit.
             c.note(None, format!("newest commit discarded: {d}"));
@@ -315,9 +315,9 @@ impl Db {
                     );
                 }
                 // The writer's in-memory free space must be exactly the unreachable pages.
-                if let Some(w) = rx.core().writer.try_lock() {
-                    if rx.core().durability.lock().committed.txid == meta.txid
-                        && !rx.core().opts.read_only
+                if let Some(w) = rx.file().writer.try_lock() {
+                    if rx.file().durability.lock().committed.txid == meta.txid
+                        && !rx.file().opts.read_only
                     {
                         let mut mem = PageSet::default();
                         let mut mark = |p: PageId, n: u64| {

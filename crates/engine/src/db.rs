@@ -54,9 +54,9 @@ pub(crate) struct WriterState {
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
-/// whole `Inner` of a handle with one for the compacted file; readers keep the old one.
+/// whole `OpenFile` of a handle with one for the compacted file; readers keep the old one.
 #[derive(Debug)]
-pub(crate) struct Inner {
+pub(crate) struct OpenFile {
     pub pager: Pager,
     pub opts: Options,
     /// The newest snapshot and the readers of older ones (readers.rs).
@@ -78,23 +78,23 @@ pub(crate) struct Inner {
 
 /// What every clone of a `Db` shares.
 #[derive(Debug)]
-pub(crate) struct Handle {
+pub(crate) struct Shared {
     pub path: PathBuf,
     pub opts: Options,
-    pub core: RwLock<Arc<Inner>>,
+    pub current: RwLock<Arc<OpenFile>>,
     /// Live `Db` clones; the last one to drop stops a running compaction.
     pub handles: AtomicUsize,
     pub compaction: crate::autocompact::Compaction,
     /// Directory operations and new files of compaction (the real file system but in tests).
     pub fs: Arc<dyn crate::fs::CompactionFs>,
-    /// Each shard's last snapshot of `core`, so reads of an unchanged file share no lock.
+    /// Each shard's last snapshot of `current`, so reads of an unchanged file share no lock.
     pub snapshots: SnapshotCache,
 }
 
-impl Handle {
+impl Shared {
     /// The current file.
-    pub(crate) fn core(&self) -> Arc<Inner> {
-        self.core.read().clone()
+    pub(crate) fn current_file(&self) -> Arc<OpenFile> {
+        self.current.read().clone()
     }
 }
 
@@ -113,7 +113,7 @@ impl Handle {
 /// ```
 #[derive(Debug)]
 pub struct Db {
-    pub(crate) handle: Arc<Handle>,
+    pub(crate) handle: Arc<Shared>,
 }
 
 impl Clone for Db {
@@ -158,16 +158,16 @@ impl Db {
         Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
     }
 
-    fn wrap(inner: Inner) -> Db {
+    fn wrap(inner: OpenFile) -> Db {
         Self::wrap_with_fs(inner, Arc::new(crate::fs::RealFs))
     }
 
-    fn wrap_with_fs(inner: Inner, fs: Arc<dyn crate::fs::CompactionFs>) -> Db {
+    fn wrap_with_fs(inner: OpenFile, fs: Arc<dyn crate::fs::CompactionFs>) -> Db {
         Db {
-            handle: Arc::new(Handle {
+            handle: Arc::new(Shared {
                 path: inner.pager.path().to_path_buf(),
                 opts: inner.opts,
-                core: RwLock::new(Arc::new(inner)),
+                current: RwLock::new(Arc::new(inner)),
                 handles: AtomicUsize::new(1),
                 compaction: Default::default(),
                 fs,
@@ -177,8 +177,8 @@ impl Db {
     }
 
     /// The current file's state.
-    pub(crate) fn inner(&self) -> Arc<Inner> {
-        self.handle.core()
+    pub(crate) fn current_file(&self) -> Arc<OpenFile> {
+        self.handle.current_file()
     }
 
     /// Open an existing database whose writes, syncs and resizes go through `storage`
@@ -229,7 +229,7 @@ impl Db {
         ))
     }
 
-    pub(crate) fn from_pager(pager: Pager, opened: OpenedMetas, opts: Options) -> Result<Inner> {
+    pub(crate) fn from_pager(pager: Pager, opened: OpenedMetas, opts: Options) -> Result<OpenFile> {
         let meta = opened.current;
         let map = pager.map();
         let mut free = FreeSpace::new(opts.policy);
@@ -240,7 +240,7 @@ impl Db {
                 &mut free,
             )?;
         }
-        let inner = Inner {
+        let inner = OpenFile {
             readers: ReaderTable::new(Snapshot { meta, map }),
             writer: Arc::new(Mutex::new(WriterState {
                 free,
@@ -277,7 +277,7 @@ impl Db {
     /// for a write transaction in progress (it may be called while one is open).
     pub fn sync(&self) -> Result<()> {
         loop {
-            let inner = self.inner();
+            let inner = self.current_file();
             inner.pager.check_writable()?;
             let writer = inner.writer.try_lock();
             let mut st = inner.durability.lock();
@@ -296,7 +296,7 @@ impl Db {
     /// separate runs of pages, i.e. seeks).
     pub fn io_stats(&self) -> IoStats {
         use std::sync::atomic::Ordering::Relaxed;
-        let inner = self.inner();
+        let inner = self.current_file();
         let c = inner.pager.counters();
         let commits = inner.durability.lock().committed.txid;
         IoStats {
@@ -315,7 +315,7 @@ impl Db {
 
     /// The file's page size.
     pub fn page_size(&self) -> usize {
-        self.inner().pager.page_size()
+        self.current_file().pager.page_size()
     }
 
     /// The options it was opened with.
@@ -331,7 +331,7 @@ impl WriterState {
     }
 }
 
-impl Inner {
+impl OpenFile {
     /// A snapshot of this file's newest commit, registered in its reader table.
     pub(crate) fn begin_read(self: &Arc<Self>) -> Result<ReadTx> {
         if self.pager.is_poisoned() {
@@ -438,7 +438,7 @@ impl Inner {
     }
 }
 
-impl Drop for Inner {
+impl Drop for OpenFile {
     fn drop(&mut self) {
         // Close makes Async commits durable; errors have nowhere to go (call Db::sync to see them).
         let retired = self.retired.load(Ordering::Acquire);

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 
 use larch_pager::{ManifestRun, Meta};
 
-use crate::db::Inner;
+use crate::db::OpenFile;
 use crate::error::Result;
 use crate::options::Durability;
 use crate::{PageId, TxId};
 
-/// Which commits are written and which are durable. Its own lock (`Inner::durability`),
+/// Which commits are written and which are durable. Its own lock (`OpenFile::durability`),
 /// taken after the writer lock by a committing writer and alone by `Db::sync`, close and
 /// group-commit followers, so making a commit durable never waits for a write transaction
 /// to end (docs/format.md, "Group commit").
@@ -51,7 +51,7 @@ impl DurableState {
     }
 
     /// The high-water mark of the durable meta, when that is the newest commit (the file
-    /// may then be trimmed to it: `Inner::trim_to_durable`).
+    /// may then be trimmed to it: `OpenFile::trim_to_durable`).
     pub(crate) fn durable_high_water(&self) -> Option<PageId> {
         (self.durable == self.committed.txid).then_some(self.committed.high_water)
     }
@@ -224,7 +224,7 @@ impl Batch {
 }
 
 /// Sync data, then note that a meta written earlier without sync is now durable too.
-fn sync_data(db: &Inner, st: &mut DurableState) -> Result<()> {
+fn sync_data(db: &OpenFile, st: &mut DurableState) -> Result<()> {
     db.pager.sync()?;
     if let Some(t) = st.meta_unsynced.take() {
         st.durable = st.durable.max(t);
@@ -236,7 +236,7 @@ fn sync_data(db: &Inner, st: &mut DurableState) -> Result<()> {
 /// in between left the parity equal), first make `prev` (txid - 1, whose pages are synced by
 /// now) durable in the other slot, so a torn write of `meta` still has a fallback.
 fn write_meta_keeping_fallback(
-    db: &Inner,
+    db: &OpenFile,
     st: &mut DurableState,
     prev: Meta,
     meta: Meta,
@@ -257,7 +257,7 @@ fn write_meta_keeping_fallback(
 /// are the runs it stopped reaching; `manifest` what it wrote (empty if that does not fit a
 /// meta page). The commit before it is `st.committed`.
 pub(crate) fn commit_meta(
-    db: &Inner,
+    db: &OpenFile,
     st: &mut DurableState,
     meta: Meta,
     d: Durability,
@@ -278,7 +278,7 @@ pub(crate) fn commit_meta(
 /// Returns true when a Sync commit was left to a later sync (group commit, below): the caller
 /// must wait for it to be durable.
 fn finish(
-    db: &Inner,
+    db: &OpenFile,
     st: &mut DurableState,
     prev: Meta,
     meta: Meta,
@@ -326,7 +326,7 @@ fn finish(
 /// One fdatasync can make `txid` durable when recovery can check every page written since the
 /// last durable commit (the batch lists them, and no meta was written since it) and fall back
 /// to that commit, whose meta slot `txid` does not overwrite.
-fn one_fsync_possible(db: &Inner, st: &DurableState, txid: crate::TxId) -> bool {
+fn one_fsync_possible(db: &OpenFile, st: &DurableState, txid: crate::TxId) -> bool {
     db.opts.one_fsync
         && !st.batch.broken
         && !st.batch.objects.is_empty()
@@ -338,7 +338,7 @@ fn one_fsync_possible(db: &Inner, st: &DurableState, txid: crate::TxId) -> bool 
 
 /// A manifest of `runs` fits the meta page of `txid` (with txids when it lists more than one
 /// commit).
-fn fits(db: &Inner, st: &DurableState, txid: crate::TxId, runs: usize) -> bool {
+fn fits(db: &OpenFile, st: &DurableState, txid: crate::TxId, runs: usize) -> bool {
     let ps = db.pager.page_size();
     runs <= if txid == st.durable + 1 {
         larch_pager::manifest_capacity(ps)
@@ -350,7 +350,7 @@ fn fits(db: &Inner, st: &DurableState, txid: crate::TxId, runs: usize) -> bool {
 /// When `txid` would overwrite the durable meta's slot: the commit before it can take the
 /// other slot with one fdatasync (listing the batch as it was then), after which `txid`'s
 /// pages are synced too and its meta needs one more. Two fdatasyncs instead of three.
-fn two_step_possible(db: &Inner, st: &DurableState, prev: Meta, txid: crate::TxId) -> bool {
+fn two_step_possible(db: &OpenFile, st: &DurableState, prev: Meta, txid: crate::TxId) -> bool {
     db.opts.one_fsync
         && !st.batch.broken
         && st.meta_unsynced.is_none()
@@ -364,7 +364,12 @@ fn two_step_possible(db: &Inner, st: &DurableState, prev: Meta, txid: crate::TxI
         }
 }
 
-fn write_listed_prev_then(db: &Inner, st: &mut DurableState, prev: Meta, meta: Meta) -> Result<()> {
+fn write_listed_prev_then(
+    db: &OpenFile,
+    st: &mut DurableState,
+    prev: Meta,
+    meta: Meta,
+) -> Result<()> {
     write_listed_prev(db, st, prev)?;
     st.meta_written = st.meta_written.max(meta.txid);
     db.pager.write_meta(&meta)?;
@@ -375,7 +380,7 @@ fn write_listed_prev_then(db: &Inner, st: &mut DurableState, prev: Meta, meta: M
 
 /// Meta `prev` listing the batch as it stood after `prev`, then one fdatasync (which also
 /// covers the pages of the commit after it).
-fn write_listed_prev(db: &Inner, st: &mut DurableState, prev: Meta) -> Result<()> {
+fn write_listed_prev(db: &OpenFile, st: &mut DurableState, prev: Meta) -> Result<()> {
     let mut p = prev;
     p.manifest_first = if p.txid == st.durable + 1 {
         0
@@ -391,7 +396,7 @@ fn write_listed_prev(db: &Inner, st: &mut DurableState, prev: Meta) -> Result<()
 }
 
 /// Write `meta` listing the batch, then one fdatasync covers pages and meta.
-fn write_listed_meta(db: &Inner, st: &mut DurableState, meta: Meta) -> Result<()> {
+fn write_listed_meta(db: &OpenFile, st: &mut DurableState, meta: Meta) -> Result<()> {
     let mut meta = meta;
     // Only this commit's pages: the format's plain one-fsync commit.
     meta.manifest_first = if meta.txid == st.durable + 1 {
@@ -408,13 +413,13 @@ fn write_listed_meta(db: &Inner, st: &mut DurableState, meta: Meta) -> Result<()
 }
 
 /// Make the newest commit durable (`Db::sync`, close).
-pub(crate) fn sync_all(db: &Inner, st: &mut DurableState) -> Result<()> {
+pub(crate) fn sync_all(db: &OpenFile, st: &mut DurableState) -> Result<()> {
     let r = sync_all_inner(db, st);
     db.note_durable(st.durable);
     r
 }
 
-fn sync_all_inner(db: &Inner, st: &mut DurableState) -> Result<()> {
+fn sync_all_inner(db: &OpenFile, st: &mut DurableState) -> Result<()> {
     if st.committed.txid == st.durable {
         return Ok(());
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use larch_pager::{PageRole, TreeRoot};
 
 use crate::cursor::Range;
-use crate::db::Inner;
+use crate::db::OpenFile;
 use crate::error::{Error, Result};
 use crate::readers::ReadSnap;
 use crate::view::View;
@@ -32,7 +32,7 @@ impl ReadTx {
     }
 
     /// The file this snapshot reads.
-    pub(crate) fn core(&self) -> &Arc<Inner> {
+    pub(crate) fn file(&self) -> &Arc<OpenFile> {
         &self.snap.inner
     }
 

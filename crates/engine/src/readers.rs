@@ -21,7 +21,7 @@
 //!   a txid >= X. Pages freed by txids <= X are not in the tree of X or any newer commit.
 //!
 //! Either way the writer's "oldest reader or, if none, X" bounds every snapshot a reader can
-//! still hold or take. `Inner::begin_read` and the snapshot cache of `Db::begin_read`
+//! still hold or take. `OpenFile::begin_read` and the snapshot cache of `Db::begin_read`
 //! (`SnapshotCache`) both register inside the shard's critical section.
 
 use std::cell::Cell;
@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 
 use larch_pager::{Map, Meta, TreeRoot};
 
-use crate::db::{Handle, Inner, Snapshot};
+use crate::db::{OpenFile, Shared, Snapshot};
 use crate::error::Result;
 use crate::TxId;
 
@@ -191,7 +191,7 @@ impl ReaderTable {
 #[derive(Debug)]
 pub(crate) struct ReadSnap {
     /// The file (kept open, and its lock held, while a reader can read it).
-    pub inner: Arc<Inner>,
+    pub inner: Arc<OpenFile>,
     /// The commit.
     pub meta: Meta,
     /// The map to read it through.
@@ -202,7 +202,7 @@ pub(crate) struct ReadSnap {
 }
 
 impl ReadSnap {
-    pub(crate) fn new(inner: Arc<Inner>, snap: &Snapshot) -> ReadSnap {
+    pub(crate) fn new(inner: Arc<OpenFile>, snap: &Snapshot) -> ReadSnap {
         ReadSnap {
             inner,
             meta: snap.meta,
@@ -234,7 +234,7 @@ impl Default for SnapshotCache {
 impl SnapshotCache {
     /// Begin a read of the newest commit of `handle`'s current file, registered in the calling
     /// thread's shard.
-    pub(crate) fn begin(&self, handle: &Handle) -> Result<(Arc<ReadSnap>, usize)> {
+    pub(crate) fn begin(&self, handle: &Shared) -> Result<(Arc<ReadSnap>, usize)> {
         let i = shard_index();
         let mut cached = self.shards[i].0.lock();
         if let Some(rs) = cached.as_ref() {
@@ -249,7 +249,7 @@ impl SnapshotCache {
                 }
             }
         }
-        let inner = handle.core();
+        let inner = handle.current_file();
         if inner.pager.is_poisoned() {
             // After a failed sync the file's contents are unknown: refuse to read from it.
             inner.pager.check_writable()?;

@@ -114,7 +114,7 @@ impl Db {
     /// until they finish, so the file shrinks less while they live). Works under every policy.
     /// Commits with `Sync`.
     pub fn compact(&self) -> Result<CompactReport> {
-        let before = self.inner().pager.file_len();
+        let before = self.current_file().pager.file_len();
         let mut last_hwm = u64::MAX;
         let mut stalled = 0;
         for _round in 0..32 {
@@ -131,7 +131,7 @@ impl Db {
                 tx.relocate_all(limit)?;
             }
             tx.commit()?;
-            let now = self.inner().durability.lock().committed.high_water;
+            let now = self.current_file().durability.lock().committed.high_water;
             if !fragmented && now >= last_hwm {
                 break;
             }
@@ -148,7 +148,7 @@ impl Db {
         self.sync()?;
         Ok(CompactReport {
             before_bytes: before,
-            after_bytes: self.inner().pager.file_len(),
+            after_bytes: self.current_file().pager.file_len(),
         })
     }
 
@@ -159,7 +159,7 @@ impl Db {
         let rx = self.begin_read()?;
         copy_snapshot(
             &rx,
-            self.inner().pager.file_len(),
+            self.current_file().pager.file_len(),
             path.as_ref(),
             &*self.handle.fs,
         )

@@ -150,7 +150,7 @@ impl Db {
             trees.push(tree_stats(&view, name, &root, PageRole::Data)?);
         }
         let (oldest, readers) = {
-            let mut held = rx.core().readers.held();
+            let mut held = rx.file().readers.held();
             // Our own reader is in the table; do not count it.
             if let Some(i) = held.iter().position(|&(t, _)| t == rx.txid()) {
                 held[i].1 -= 1;
@@ -163,7 +163,7 @@ impl Db {
                 held.iter().map(|&(_, n)| n).sum(),
             )
         };
-        let (durable, free_pages, pending_pages, pinned) = match rx.core().writer.try_lock() {
+        let (durable, free_pages, pending_pages, pinned) = match rx.file().writer.try_lock() {
             Some(w) => {
                 // Freed by a transaction newer than the oldest reader's snapshot: it can see them.
                 let pinned = oldest.map_or(0, |o| {
@@ -172,7 +172,7 @@ impl Db {
                 });
                 let pending = w.free.pending_pages() + w.reader_pinned.len();
                 (
-                    rx.core().durability.lock().durable,
+                    rx.file().durability.lock().durable,
                     w.free.free_pages(),
                     pending,
                     pinned,
@@ -180,7 +180,7 @@ impl Db {
             }
             None => (meta.txid, meta.unreachable_pages, 0, 0),
         };
-        let opened = &rx.core().opened;
+        let opened = &rx.file().opened;
         let dead = meta.high_water.saturating_sub(meta.live_pages);
         Ok(Stats {
             page_size: meta.page_size as usize,
@@ -196,7 +196,7 @@ impl Db {
                     )
                 })
             }),
-            file_bytes: rx.core().pager.file_len(),
+            file_bytes: rx.file().pager.file_len(),
             high_water: meta.high_water,
             live_pages: meta.live_pages,
             free_pages,

@@ -15,7 +15,7 @@ use parking_lot::{ArcMutexGuard, RawMutex};
 
 use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
-use crate::db::{Db, Handle, Inner, Snapshot, WriterState};
+use crate::db::{Db, OpenFile, Shared, Snapshot, WriterState};
 use crate::error::{Error, Result};
 use crate::node::{Child, Limits, Node};
 use crate::options::Durability;
@@ -69,9 +69,9 @@ pub(crate) enum Undo {
 /// A write transaction. Only one exists at a time; [`crate::Db::begin_write`] waits for the
 /// previous one to end. Dropping it without [`WriteTx::commit`] aborts it.
 pub struct WriteTx<'db> {
-    pub(crate) db: Arc<Inner>,
+    pub(crate) db: Arc<OpenFile>,
     pub(crate) w: ArcMutexGuard<RawMutex, WriterState>,
-    handle: Arc<Handle>,
+    handle: Arc<Shared>,
     _db: PhantomData<&'db Db>,
     pub(crate) base: Arc<Snapshot>,
     /// Latest map: covers overflow runs this transaction wrote past the old end of file.
@@ -105,14 +105,14 @@ impl std::fmt::Debug for WriteTx<'_> {
 }
 
 impl<'db> WriteTx<'db> {
-    pub(crate) fn begin(handle: &'db Arc<Handle>) -> Result<WriteTx<'db>> {
+    pub(crate) fn begin(handle: &'db Arc<Shared>) -> Result<WriteTx<'db>> {
         // Wait for the writer lock of the current file; if background compaction replaced the
         // file meanwhile, start over on the new one.
         handle
             .compaction
-            .throttle(|| handle.core().pager.file_len());
+            .throttle(|| handle.current_file().pager.file_len());
         let (db, mut w) = loop {
-            let db = handle.core();
+            let db = handle.current_file();
             db.pager.check_writable()?;
             db.waiting_writers.fetch_add(1, Ordering::AcqRel);
             let w = db.writer.lock_arc();
@@ -510,7 +510,7 @@ impl<'db> WriteTx<'db> {
     /// Lower the high-water mark over a run of reusable pages at the end of the file. Only
     /// runs worth it (1/32 of the file, at least 16 pages) unless compacting, so a file that
     /// breathes does not shrink and regrow on every commit. The file itself is truncated once
-    /// a meta with the lower mark is durable (`Inner::trim_to_durable`).
+    /// a meta with the lower mark is durable (`OpenFile::trim_to_durable`).
     fn shrink_free_tail(&mut self) {
         let tail = self.w.free.policy.tail_run(self.hwm);
         let worth = if self.compacting {
