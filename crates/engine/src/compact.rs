@@ -207,7 +207,7 @@ fn load_tree<'v>(
                 node.size += Node::branch_entry_size(&sep);
                 node.push(&sep, Val::Inline(&[]));
             }
-            node.kids.push(Child::Page(child.page));
+            node.children.push(Child::Page(child.page));
             prev_last = child.last.clone();
         }
         let page = w.node(&node)?;

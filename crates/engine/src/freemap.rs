@@ -131,11 +131,11 @@ impl WriteTx<'_> {
     /// free-map page is dirty by then, so this ends in a few rounds).
     pub(crate) fn save_free_map(&mut self) -> Result<()> {
         for _round in 0..1000 {
-            let bits = std::mem::take(&mut self.bits);
-            if bits.is_empty() {
+            let changes = std::mem::take(&mut self.freemap_changes);
+            if changes.is_empty() {
                 return Ok(());
             }
-            let mut it = bits.into_iter().peekable();
+            let mut it = changes.into_iter().peekable();
             while let Some(&(first, _)) = it.peek() {
                 let idx = first / CHUNK_PAGES;
                 let key = idx.to_be_bytes();

@@ -99,7 +99,7 @@ impl WriteTx<'_> {
                             Err(_) => Ok(None),
                         };
                     }
-                    cur = n.kids[n.child_index(key)];
+                    cur = n.children[n.child_index(key)];
                     levels -= 1;
                 }
                 Child::Page(p) => {
@@ -169,14 +169,14 @@ impl WriteTx<'_> {
         } else {
             let i = self.nodes[id].child_index(key);
             let role = self.nodes[id].role;
-            let c = self.touch(self.nodes[id].kids[i], role)?;
-            self.nodes[id].kids[i] = Child::Node(c);
+            let c = self.touch(self.nodes[id].children[i], role)?;
+            self.nodes[id].children[i] = Child::Node(c);
             let (e, split) = self.insert_at(c, key, val)?;
             existed = e;
             if let Some((sep, right)) = split {
                 let n = self.node_mut(id);
                 n.size += Node::branch_entry_size(&sep);
-                at_end = i + 1 == n.kids.len();
+                at_end = i + 1 == n.children.len();
                 n.insert_child(i + 1, &sep, Child::Node(right));
             }
         }
@@ -311,8 +311,8 @@ impl WriteTx<'_> {
         while let Some(Child::Node(idx)) = self.trees[t].root {
             let n = &self.nodes[idx];
             let page = n.page;
-            if !n.leaf && n.kids.len() == 1 {
-                let child = n.kids[0];
+            if !n.leaf && n.children.len() == 1 {
+                let child = n.children[0];
                 self.nodes[idx].live = false;
                 self.free_fresh(page, 1);
                 self.trees[t].root = Some(child);
@@ -337,7 +337,7 @@ impl WriteTx<'_> {
         let mut n = Node::empty(page, false, role);
         n.push(&[], Val::Inline(&[]));
         n.push(&sep, Val::Inline(&[]));
-        n.kids = vec![Child::Node(left), Child::Node(right)];
+        n.children = vec![Child::Node(left), Child::Node(right)];
         n.recompute_size();
         self.nodes.push(n);
         let tree = &mut self.trees[t];
@@ -361,8 +361,8 @@ impl WriteTx<'_> {
         }
         let i = self.nodes[id].child_index(key);
         let role = self.nodes[id].role;
-        let c = self.touch(self.nodes[id].kids[i], role)?;
-        self.nodes[id].kids[i] = Child::Node(c);
+        let c = self.touch(self.nodes[id].children[i], role)?;
+        self.nodes[id].children[i] = Child::Node(c);
         let Some(split) = self.remove_at(c, key)? else {
             return Ok(None);
         };
@@ -374,7 +374,8 @@ impl WriteTx<'_> {
         if self.nodes[c].is_empty() {
             // An empty child goes: its page is freed and its separator dropped.
             self.drop_child(id, i);
-        } else if self.nodes[c].size < self.limits.capacity / 2 && self.nodes[id].kids.len() > 1 {
+        } else if self.nodes[c].size < self.limits.capacity / 2 && self.nodes[id].children.len() > 1
+        {
             self.rebalance(id, i)?;
         }
         if self.nodes[id].size > self.limits.capacity {
@@ -385,14 +386,14 @@ impl WriteTx<'_> {
 
     /// Remove child `i` (a dirty node with no entries) from branch `parent`.
     fn drop_child(&mut self, parent: usize, i: usize) {
-        let Child::Node(c) = self.nodes[parent].kids[i] else {
+        let Child::Node(c) = self.nodes[parent].children[i] else {
             return;
         };
         let page = self.nodes[c].page;
         self.nodes[c].live = false;
         self.free_fresh(page, 1);
         let p = self.node_mut(parent);
-        p.kids.remove(i);
+        p.children.remove(i);
         // Child 0 has no separator of its own: the next child's becomes the (empty) first.
         let k = if i == 0 { 1 } else { i };
         if k < p.len() {
@@ -409,10 +410,10 @@ impl WriteTx<'_> {
     fn rebalance(&mut self, parent: usize, i: usize) -> Result<()> {
         let (li, ri) = if i > 0 { (i - 1, i) } else { (i, i + 1) };
         let role = self.nodes[parent].role;
-        let l = self.touch(self.nodes[parent].kids[li], role)?;
-        self.nodes[parent].kids[li] = Child::Node(l);
-        let r = self.touch(self.nodes[parent].kids[ri], role)?;
-        self.nodes[parent].kids[ri] = Child::Node(r);
+        let l = self.touch(self.nodes[parent].children[li], role)?;
+        self.nodes[parent].children[li] = Child::Node(l);
+        let r = self.touch(self.nodes[parent].children[ri], role)?;
+        self.nodes[parent].children[ri] = Child::Node(r);
         let sep = self.nodes[parent].key(ri).to_vec();
         let leaf = self.nodes[l].leaf;
         // Gather both nodes into one sequence (a branch's right half gets the parent
@@ -457,7 +458,7 @@ impl WriteTx<'_> {
         let mut visited: u64 = 0;
         while let Some((c, level)) = stack.pop() {
             visited += 1;
-            if visited > self.hwm || level == 0 {
+            if visited > self.high_water || level == 0 {
                 return Err(Error::corrupt(
                     0,
                     "tree walk visits more pages than the file holds (cycle?)",
@@ -472,7 +473,7 @@ impl WriteTx<'_> {
                             self.free_value(Some(r));
                         }
                     } else {
-                        stack.extend(n.kids.iter().map(|&k| (k, level - 1)));
+                        stack.extend(n.children.iter().map(|&k| (k, level - 1)));
                     }
                     self.free_fresh(n.page, 1);
                 }

@@ -399,7 +399,7 @@ pub struct Node {
     /// Entries (leaf) or separators (branch), in key order.
     ents: Vec<Ent>,
     /// Branch children.
-    pub kids: Vec<Child>,
+    pub children: Vec<Child>,
     /// Encoded size of slots and cells (the header excluded).
     pub size: usize,
     /// False once merged away: not written at commit.
@@ -417,7 +417,7 @@ impl Node {
             bytes: Vec::new(),
             dead: 0,
             ents: Vec::new(),
-            kids: Vec::new(),
+            children: Vec::new(),
             size: 0,
             live: true,
             role,
@@ -605,14 +605,14 @@ impl Node {
     pub fn insert_child(&mut self, i: usize, key: &[u8], child: Child) {
         let e = self.ent(key, Val::Inline(&[]));
         self.ents.insert(i, e);
-        self.kids.insert(i, child);
+        self.children.insert(i, child);
     }
 
     /// Remove entry (and, in a branch, child) `i` (`size` is the caller's to keep).
     pub fn remove(&mut self, i: usize) {
         let e = self.ents.remove(i);
         if !self.leaf {
-            self.kids.remove(i);
+            self.children.remove(i);
         }
         self.forget(e);
     }
@@ -637,7 +637,7 @@ impl Node {
             right.ents.push(Ent { at, ..*e });
         }
         if !self.leaf {
-            right.kids = self.kids.split_off(at);
+            right.children = self.children.split_off(at);
         }
         // All at once: shedding in between would drop bytes the next entries' count assumes.
         self.dead += held;
@@ -654,7 +654,7 @@ impl Node {
             at: e.at + base,
             ..e
         }));
-        self.kids.append(&mut other.kids);
+        self.children.append(&mut other.children);
         other.bytes.clear();
         other.dead = 0;
     }
@@ -675,7 +675,7 @@ impl Node {
         let hdr = if page.leaf { LEAF_CELL } else { BRANCH_CELL };
         let mut held = 0;
         if !page.leaf {
-            n.kids.reserve(page.count + 1);
+            n.children.reserve(page.count + 1);
         }
         for i in 0..page.count {
             let off = u16_at(b, PAGE_HEADER_SIZE + i * SLOT)
@@ -721,7 +721,7 @@ impl Node {
                     }
                 }
             } else {
-                n.kids
+                n.children
                     .push(Child::Page(u64_at(b, off + 2).ok_or_else(|| page.bad(i))?));
                 Ent {
                     at: at as u32,
@@ -804,7 +804,7 @@ impl Node {
                     }
                 }
             } else {
-                let child = match self.kids[i] {
+                let child = match self.children[i] {
                     Child::Page(p) => p,
                     Child::Node(n) => page_of(n),
                 };

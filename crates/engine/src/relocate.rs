@@ -102,7 +102,7 @@ impl WriteTx<'_> {
         }
         let id = self.touch(c, role)?;
         for (j, nc) in moved {
-            self.nodes[id].kids[j] = nc;
+            self.nodes[id].children[j] = nc;
         }
         Ok(Some(Child::Node(id)))
     }
@@ -115,27 +115,27 @@ impl Db {
     /// Commits with `Sync`.
     pub fn compact(&self) -> Result<CompactReport> {
         let before = self.current_file().pager.file_len();
-        let mut last_hwm = u64::MAX;
+        let mut last_high_water = u64::MAX;
         let mut stalled = 0;
         for _round in 0..32 {
             let mut tx = self.begin_write()?;
             tx.compacting = true;
             tx.set_durability(Durability::Sync);
-            let unreachable = tx.w.unreachable_pages();
-            let hwm = tx.hwm;
-            let live = hwm.saturating_sub(unreachable);
+            let unreachable = tx.writer.unreachable_pages();
+            let high_water = tx.high_water;
+            let live = high_water.saturating_sub(unreachable);
             // Room for the pages to move plus the branches above them.
             let limit = live + live / 32 + 16;
-            let fragmented = hwm > limit;
+            let fragmented = high_water > limit;
             if fragmented {
                 tx.relocate_all(limit)?;
             }
             tx.commit()?;
             let now = self.current_file().durability.lock().committed.high_water;
-            if !fragmented && now >= last_hwm {
+            if !fragmented && now >= last_high_water {
                 break;
             }
-            if now >= last_hwm {
+            if now >= last_high_water {
                 stalled += 1;
                 if stalled >= 2 {
                     break;
@@ -143,7 +143,7 @@ impl Db {
             } else {
                 stalled = 0;
             }
-            last_hwm = now;
+            last_high_water = now;
         }
         self.sync()?;
         Ok(CompactReport {

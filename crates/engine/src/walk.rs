@@ -266,21 +266,21 @@ impl<'a> Walk<'a> {
     /// cache the walk then waits for many reads at once rather than one fault at a time (the
     /// map's default advice is no readahead).
     fn prefetch(&self, page: &NodePage<'a>) {
-        let mut kids: Vec<PageId> = (0..page.count)
+        let mut children: Vec<PageId> = (0..page.count)
             .filter_map(|i| page.child(i).ok())
             .filter(|&c| c >= 2 && c < self.view.high_water)
             .collect();
-        kids.sort_unstable();
+        children.sort_unstable();
         let ps = self.view.page_size;
         let mut i = 0;
-        while i < kids.len() {
+        while i < children.len() {
             let mut j = i + 1;
-            while j < kids.len() && kids[j] == kids[j - 1] + 1 {
+            while j < children.len() && children[j] == children[j - 1] + 1 {
                 j += 1;
             }
             self.view.map.will_need(
-                kids[i] as usize * ps,
-                (kids[j - 1] - kids[i] + 1) as usize * ps,
+                children[i] as usize * ps,
+                (children[j - 1] - children[i] + 1) as usize * ps,
             );
             i = j;
         }

@@ -70,21 +70,22 @@ pub(crate) enum Undo {
 /// previous one to end. Dropping it without [`WriteTx::commit`] aborts it.
 pub struct WriteTx<'db> {
     pub(crate) db: Arc<OpenFile>,
-    pub(crate) w: ArcMutexGuard<RawMutex, WriterState>,
+    /// The writer lock, held for the transaction's life.
+    pub(crate) writer: ArcMutexGuard<RawMutex, WriterState>,
     handle: Arc<Shared>,
     _db: PhantomData<&'db Db>,
     pub(crate) base: Arc<Snapshot>,
     /// Latest map: covers overflow runs this transaction wrote past the old end of file.
     pub(crate) map: Arc<Map>,
     pub(crate) txid: TxId,
-    pub(crate) hwm: PageId,
+    pub(crate) high_water: PageId,
     pub(crate) limits: Limits,
     pub(crate) nodes: Vec<Node>,
     pub(crate) trees: Vec<TreeState>,
     pub(crate) names: HashMap<String, usize>,
     pub(crate) undo: Vec<Undo>,
     /// Free-map bits to persist: page -> unreachable.
-    pub(crate) bits: BTreeMap<PageId, bool>,
+    pub(crate) freemap_changes: BTreeMap<PageId, bool>,
     durability: Durability,
     /// In-place compaction: allocate the lowest free pages whatever the policy prefers, and
     /// give back any free tail of the file however short.
@@ -111,14 +112,14 @@ impl<'db> WriteTx<'db> {
         handle
             .compaction
             .throttle(|| handle.current_file().pager.file_len());
-        let (db, mut w) = loop {
+        let (db, mut writer) = loop {
             let db = handle.current_file();
             db.pager.check_writable()?;
             db.waiting_writers.fetch_add(1, Ordering::AcqRel);
-            let w = db.writer.lock_arc();
+            let writer = db.writer.lock_arc();
             db.waiting_writers.fetch_sub(1, Ordering::AcqRel);
             if !db.retired.load(Ordering::Acquire) {
-                break (db, w);
+                break (db, writer);
             }
         };
         db.pager.check_writable()?;
@@ -141,11 +142,13 @@ impl<'db> WriteTx<'db> {
             (st.on_disk(), below, st.durable)
         };
         // A page written after every meta that open could pick is in none of their trees.
-        let w_ref = &mut *w;
-        w_ref
-            .reader_pinned
-            .release(readers_safe.min(unwritable_below), on_disk, &mut w_ref.free);
-        w.free.release(readers_safe.min(durable));
+        let writer_ref = &mut *writer;
+        writer_ref.reader_pinned.release(
+            readers_safe.min(unwritable_below),
+            on_disk,
+            &mut writer_ref.free,
+        );
+        writer.free.release(readers_safe.min(durable));
         let meta = base.meta;
         let limits = Limits::new(meta.page_size as usize);
         let map = db.pager.map();
@@ -156,7 +159,7 @@ impl<'db> WriteTx<'db> {
             base,
             map,
             txid: meta.txid + 1,
-            hwm: meta.high_water,
+            high_water: meta.high_water,
             limits,
             nodes: Vec::new(),
             trees: vec![
@@ -165,12 +168,12 @@ impl<'db> WriteTx<'db> {
             ],
             names: HashMap::new(),
             undo: Vec::new(),
-            bits: BTreeMap::new(),
+            freemap_changes: BTreeMap::new(),
             durability: handle.opts.durability,
             compacting: false,
             done: false,
             on_disk,
-            w,
+            writer,
         })
     }
 
@@ -199,7 +202,7 @@ impl<'db> WriteTx<'db> {
         View {
             map: &self.map,
             page_size: self.limits.page_size,
-            high_water: (self.db.pager.file_len() / ps).min(self.hwm),
+            high_water: (self.db.pager.file_len() / ps).min(self.high_water),
             verify: false,
         }
     }
@@ -209,9 +212,9 @@ impl<'db> WriteTx<'db> {
     /// `n` contiguous pages this transaction may write.
     pub(crate) fn alloc(&mut self, n: u64) -> PageId {
         let got = if self.compacting {
-            self.w.free.policy.allocate_lowest(n)
+            self.writer.free.policy.allocate_lowest(n)
         } else {
-            self.w.free.policy.allocate(n)
+            self.writer.free.policy.allocate(n)
         };
         let p = match got {
             Some(p) => {
@@ -219,13 +222,13 @@ impl<'db> WriteTx<'db> {
                 p
             }
             None => {
-                let p = self.hwm;
-                self.hwm += n;
+                let p = self.high_water;
+                self.high_water += n;
                 p
             }
         };
         for i in 0..n {
-            self.bits.insert(p + i, false);
+            self.freemap_changes.insert(p + i, false);
         }
         p
     }
@@ -246,37 +249,37 @@ impl<'db> WriteTx<'db> {
     pub(crate) fn free_written(&mut self, p: PageId, n: u64, written: TxId) {
         // Written after the last durable commit: only readers can reach it (unpinned.rs).
         if written > self.on_disk {
-            self.w.reader_pinned.add(self.txid, p, n, written);
+            self.writer.reader_pinned.add(self.txid, p, n, written);
             self.undo.push(Undo::ReaderFreed(p, n));
         } else {
-            self.w.free.free(self.txid, p, n);
+            self.writer.free.free(self.txid, p, n);
             self.undo.push(Undo::Freed(p, n));
         }
         for i in 0..n {
-            self.bits.insert(p + i, true);
+            self.freemap_changes.insert(p + i, true);
         }
     }
 
     /// Pages this transaction allocated and no longer needs: reusable at once.
     pub(crate) fn free_fresh(&mut self, p: PageId, n: u64) {
-        self.w.free.policy.insert(p, n);
+        self.writer.free.policy.insert(p, n);
         self.undo.push(Undo::FreshFreed(p, n));
         for i in 0..n {
-            self.bits.insert(p + i, true);
+            self.freemap_changes.insert(p + i, true);
         }
     }
 
     /// Put the free-space state back as it was when the transaction began.
     fn rollback(&mut self) {
-        let base_hwm = self.base.meta.high_water;
+        let base_high_water = self.base.meta.high_water;
         let txid = self.txid;
-        let w = &mut *self.w;
-        let free = &mut w.free;
+        let writer = &mut *self.writer;
+        let free = &mut writer.free;
         for u in self.undo.drain(..).rev() {
             match u {
                 Undo::Alloc(p, n) => {
-                    if p < base_hwm {
-                        free.policy.insert(p, n.min(base_hwm - p));
+                    if p < base_high_water {
+                        free.policy.insert(p, n.min(base_high_water - p));
                     }
                 }
                 Undo::FreshFreed(p, n) => {
@@ -290,14 +293,14 @@ impl<'db> WriteTx<'db> {
                     free.pending.remove(txid, p, n);
                 }
                 Undo::ReaderFreed(p, n) => {
-                    w.reader_pinned.remove(txid, p, n);
+                    writer.reader_pinned.remove(txid, p, n);
                 }
             }
         }
-        free.policy.truncate(base_hwm);
+        free.policy.truncate(base_high_water);
         self.nodes.clear();
-        self.bits.clear();
-        self.hwm = base_hwm;
+        self.freemap_changes.clear();
+        self.high_water = base_high_water;
     }
 
     /// Abort: nothing this transaction did becomes visible. Same as dropping it.
@@ -433,7 +436,7 @@ impl<'db> WriteTx<'db> {
         }
         self.done = true;
         if r.is_ok() {
-            crate::autocompact::maybe_start(&self.handle, &self.db, &mut self.w);
+            crate::autocompact::maybe_start(&self.handle, &self.db, &mut self.writer);
         }
         match r {
             Ok(deferred) if follow || deferred => {
@@ -471,9 +474,9 @@ impl<'db> WriteTx<'db> {
             txid: self.txid,
             catalog: self.tree_root(CATALOG),
             freemap: self.tree_root(FREEMAP),
-            high_water: self.hwm,
-            live_pages: self.hwm - self.w.unreachable_pages(),
-            unreachable_pages: self.w.unreachable_pages(),
+            high_water: self.high_water,
+            live_pages: self.high_water - self.writer.unreachable_pages(),
+            unreachable_pages: self.writer.unreachable_pages(),
             manifest_runs: 0,
             manifest_crc: 0,
             manifest_first: 0,
@@ -512,25 +515,25 @@ impl<'db> WriteTx<'db> {
     /// breathes does not shrink and regrow on every commit. The file itself is truncated once
     /// a meta with the lower mark is durable (`OpenFile::trim_to_durable`).
     fn shrink_free_tail(&mut self) {
-        let tail = self.w.free.policy.tail_run(self.hwm);
+        let tail = self.writer.free.policy.tail_run(self.high_water);
         let worth = if self.compacting {
             1
         } else {
-            (self.hwm / 32).max(16)
+            (self.high_water / 32).max(16)
         };
         if tail < worth || tail == 0 {
             return;
         }
-        let new_hwm = self.hwm - tail;
-        if !self.w.free.policy.remove(new_hwm, tail) {
+        let new_high_water = self.high_water - tail;
+        if !self.writer.free.policy.remove(new_high_water, tail) {
             return;
         }
         // Like an allocation: undo puts the pages back.
-        self.undo.push(Undo::Alloc(new_hwm, tail));
-        for p in new_hwm..self.hwm {
-            self.bits.insert(p, false);
+        self.undo.push(Undo::Alloc(new_high_water, tail));
+        for p in new_high_water..self.high_water {
+            self.freemap_changes.insert(p, false);
         }
-        self.hwm = new_hwm;
+        self.high_water = new_high_water;
     }
 
     pub(crate) fn tree_root(&self, i: usize) -> TreeRoot {
@@ -553,7 +556,7 @@ impl<'db> WriteTx<'db> {
     /// page (the commit then syncs twice).
     fn write_dirty_pages(&mut self) -> Result<Vec<ManifestRun>> {
         let ps = self.limits.page_size;
-        self.db.pager.ensure_pages(self.hwm)?;
+        self.db.pager.ensure_pages(self.high_water)?;
         let mut order: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].live)
             .collect();
