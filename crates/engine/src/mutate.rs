@@ -9,12 +9,12 @@ use std::sync::Arc;
 use larch_pager::{PageHeader, PageRole, PageType};
 
 use crate::error::{Error, Result};
-use crate::node::{Child, Node, Run, Val, ValRef, OVERFLOW_HEADER};
+use crate::node::{Child, Node, NodeIdx, Run, Val, ValRef, OVERFLOW_HEADER};
 use crate::view::{View, MAX_DEPTH};
-use crate::write::WriteTx;
+use crate::write::{TreeIdx, WriteTx};
 
 /// A node that split: the separator and the new right node.
-type Split = Option<(Vec<u8>, usize)>;
+type Split = Option<(Vec<u8>, NodeIdx)>;
 
 /// What an insert below a node did: whether the key existed, and how the node split.
 type Inserted = (bool, Split);
@@ -44,7 +44,7 @@ impl WriteTx<'_> {
 
     /// Make `child` a dirty node: a committed page is copied to a newly allocated page and
     /// the old page freed (pending).
-    pub(crate) fn touch(&mut self, child: Child, role: PageRole) -> Result<usize> {
+    pub(crate) fn touch(&mut self, child: Child, role: PageRole) -> Result<NodeIdx> {
         match child {
             Child::Node(i) => Ok(i),
             Child::Page(p) => {
@@ -60,12 +60,12 @@ impl WriteTx<'_> {
         }
     }
 
-    fn node_mut(&mut self, i: usize) -> &mut Node {
+    fn node_mut(&mut self, i: NodeIdx) -> &mut Node {
         &mut self.nodes[i]
     }
 
     /// Read `key` in tree `t`, through dirty nodes and committed pages alike.
-    pub(crate) fn get_in(&self, t: usize, key: &[u8]) -> Result<Option<&[u8]>> {
+    pub(crate) fn get_in(&self, t: TreeIdx, key: &[u8]) -> Result<Option<&[u8]>> {
         let tree = &self.trees[t];
         let Some(mut cur) = tree.root else {
             return Ok(None);
@@ -115,7 +115,7 @@ impl WriteTx<'_> {
     }
 
     /// Insert or overwrite; true if the key existed.
-    pub(crate) fn insert(&mut self, t: usize, key: &[u8], value: &[u8]) -> Result<bool> {
+    pub(crate) fn insert(&mut self, t: TreeIdx, key: &[u8], value: &[u8]) -> Result<bool> {
         self.limits_check(key, value.len())?;
         let role = self.trees[t].role;
         let val = if self.limits.inline(key.len(), value.len()) {
@@ -143,7 +143,7 @@ impl WriteTx<'_> {
         Ok(existed)
     }
 
-    fn insert_at(&mut self, id: usize, key: &[u8], val: Val<'_>) -> Result<Inserted> {
+    fn insert_at(&mut self, id: NodeIdx, key: &[u8], val: Val<'_>) -> Result<Inserted> {
         let existed;
         // Did the new entry land at the end of this node? Then keys are likely arriving in
         // order, and a split should leave the left node full, not half full.
@@ -189,7 +189,7 @@ impl WriteTx<'_> {
     /// Split an overfull node in two; returns the separator and the new right node. With
     /// `fill_left` (an append at the end) the left node keeps as much as fits, so keys loaded
     /// in order fill their pages; otherwise the halves are as even as possible.
-    fn split(&mut self, id: usize, fill_left: bool) -> (Vec<u8>, usize) {
+    fn split(&mut self, id: NodeIdx, fill_left: bool) -> (Vec<u8>, NodeIdx) {
         let cap = self.limits.capacity;
         let n = &self.nodes[id];
         let sizes: Vec<usize> = (0..n.len()).map(|i| n.entry_size(i)).collect();
@@ -289,7 +289,7 @@ impl WriteTx<'_> {
     }
 
     /// Remove `key`; true if it was there. Touches no page when the key is absent.
-    pub(crate) fn remove(&mut self, t: usize, key: &[u8]) -> Result<bool> {
+    pub(crate) fn remove(&mut self, t: TreeIdx, key: &[u8]) -> Result<bool> {
         if key.is_empty() || self.get_in(t, key)?.is_none() {
             return Ok(false);
         }
@@ -331,7 +331,7 @@ impl WriteTx<'_> {
     }
 
     /// A new root over `left` and `right`.
-    fn grow_root(&mut self, t: usize, left: usize, sep: Vec<u8>, right: usize) {
+    fn grow_root(&mut self, t: TreeIdx, left: NodeIdx, sep: Vec<u8>, right: NodeIdx) {
         let role = self.trees[t].role;
         let page = self.alloc(1);
         let mut n = Node::empty(page, false, role);
@@ -347,7 +347,7 @@ impl WriteTx<'_> {
 
     /// Remove `key` below node `id`. None if it was not there; otherwise the split of `id`
     /// if rebalancing below made it overflow (a longer separator), as an insert would.
-    fn remove_at(&mut self, id: usize, key: &[u8]) -> Result<Option<Split>> {
+    fn remove_at(&mut self, id: NodeIdx, key: &[u8]) -> Result<Option<Split>> {
         if self.nodes[id].leaf {
             let n = self.node_mut(id);
             let Ok(i) = n.search(key) else {
@@ -385,7 +385,7 @@ impl WriteTx<'_> {
     }
 
     /// Remove child `i` (a dirty node with no entries) from branch `parent`.
-    fn drop_child(&mut self, parent: usize, i: usize) {
+    fn drop_child(&mut self, parent: NodeIdx, i: usize) {
         let Child::Node(c) = self.nodes[parent].children[i] else {
             return;
         };
@@ -407,7 +407,7 @@ impl WriteTx<'_> {
 
     /// Child `i` of `parent` is under half full: merge it with a sibling if both fit one
     /// page, otherwise share entries evenly between the two.
-    fn rebalance(&mut self, parent: usize, i: usize) -> Result<()> {
+    fn rebalance(&mut self, parent: NodeIdx, i: usize) -> Result<()> {
         let (li, ri) = if i > 0 { (i - 1, i) } else { (i, i + 1) };
         let role = self.nodes[parent].role;
         let l = self.touch(self.nodes[parent].children[li], role)?;

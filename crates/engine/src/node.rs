@@ -319,13 +319,17 @@ impl<'a> NodePage<'a> {
     }
 }
 
+/// Index of a dirty node in a write transaction's arena (`WriteTx::nodes`). Valid for that
+/// transaction only; a node's page is `WriteTx::nodes[i].page`.
+pub(crate) type NodeIdx = usize;
+
 /// A child pointer inside a write transaction: a committed page, or a dirty node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Child {
     /// A page of the committed tree, not yet copied.
     Page(PageId),
     /// A node in the transaction's arena.
-    Node(usize),
+    Node(NodeIdx),
 }
 
 /// A value as a dirty leaf takes it in or hands it out: inline bytes are borrowed, so an
@@ -746,7 +750,7 @@ impl Node {
         out: &mut Vec<u8>,
         page_size: usize,
         txid: TxId,
-        page_of: impl Fn(usize) -> PageId,
+        page_of: impl Fn(NodeIdx) -> PageId,
     ) {
         let start = out.len();
         let header = PageHeader {

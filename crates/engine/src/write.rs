@@ -17,7 +17,7 @@ use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
 use crate::db::{Db, OpenFile, Shared, Snapshot, WriterState};
 use crate::error::{Error, Result};
-use crate::node::{Child, Limits, Node};
+use crate::node::{Child, Limits, Node, NodeIdx};
 use crate::options::Durability;
 use crate::view::View;
 use crate::{PageId, TxId};
@@ -48,10 +48,14 @@ impl TreeState {
     }
 }
 
+/// Index of a tree in `WriteTx::trees`: [`CATALOG`], [`FREEMAP`], then the named trees this
+/// transaction opened, in the order it opened them (`WriteTx::names` maps a name to its index).
+pub(crate) type TreeIdx = usize;
+
 /// Index of the catalog in `WriteTx::trees`.
-pub(crate) const CATALOG: usize = 0;
+pub(crate) const CATALOG: TreeIdx = 0;
 /// Index of the free map in `WriteTx::trees`.
-pub(crate) const FREEMAP: usize = 1;
+pub(crate) const FREEMAP: TreeIdx = 1;
 
 /// What to undo if the transaction does not commit.
 #[derive(Debug, Clone, Copy)]
@@ -82,7 +86,7 @@ pub struct WriteTx<'db> {
     pub(crate) limits: Limits,
     pub(crate) nodes: Vec<Node>,
     pub(crate) trees: Vec<TreeState>,
-    pub(crate) names: HashMap<String, usize>,
+    pub(crate) names: HashMap<String, TreeIdx>,
     pub(crate) undo: Vec<Undo>,
     /// Free-map bits to persist: page -> unreachable.
     pub(crate) freemap_changes: BTreeMap<PageId, bool>,
@@ -311,7 +315,7 @@ impl<'db> WriteTx<'db> {
 
     // ---- trees ---------------------------------------------------------------------
 
-    fn tree_index(&mut self, name: &str, create: bool) -> Result<Option<usize>> {
+    fn tree_index(&mut self, name: &str, create: bool) -> Result<Option<TreeIdx>> {
         if let Some(&i) = self.names.get(name) {
             if self.trees[i].deleted && !create {
                 return Ok(None);
@@ -536,7 +540,7 @@ impl<'db> WriteTx<'db> {
         self.high_water = new_high_water;
     }
 
-    pub(crate) fn tree_root(&self, i: usize) -> TreeRoot {
+    pub(crate) fn tree_root(&self, i: TreeIdx) -> TreeRoot {
         let t = &self.trees[i];
         let root = match t.root {
             None => 0,
@@ -557,7 +561,7 @@ impl<'db> WriteTx<'db> {
     fn write_dirty_pages(&mut self) -> Result<Vec<ManifestRun>> {
         let ps = self.limits.page_size;
         self.db.pager.ensure_pages(self.high_water)?;
-        let mut order: Vec<usize> = (0..self.nodes.len())
+        let mut order: Vec<NodeIdx> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].live)
             .collect();
         order.sort_unstable_by_key(|&i| self.nodes[i].page);
@@ -653,7 +657,7 @@ fn check_tree_name(name: &str, limits: &Limits) -> Result<()> {
 /// One tree inside a write transaction: reads see the transaction's own writes.
 pub struct WriteTree<'t, 'db> {
     tx: &'t mut WriteTx<'db>,
-    idx: usize,
+    idx: TreeIdx,
 }
 
 impl std::fmt::Debug for WriteTree<'_, '_> {
@@ -665,7 +669,7 @@ impl std::fmt::Debug for WriteTree<'_, '_> {
 }
 
 impl WriteTree<'_, '_> {
-    pub(crate) fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> TreeIdx {
         self.idx
     }
 
