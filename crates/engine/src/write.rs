@@ -15,6 +15,7 @@ use parking_lot::{ArcMutexGuard, RawMutex};
 
 use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
+use crate::alloc::Undo;
 use crate::db::{Db, OpenFile, Shared, Snapshot, WriterState};
 use crate::error::{Error, Result};
 use crate::node::{Child, Limits, Node, NodeIdx};
@@ -57,19 +58,6 @@ pub(crate) const CATALOG: TreeIdx = 0;
 /// Index of the free map in `WriteTx::trees`.
 pub(crate) const FREEMAP: TreeIdx = 1;
 
-/// What to undo if the transaction does not commit.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Undo {
-    /// Pages taken from the policy's reusable set.
-    Alloc(PageId, u64),
-    /// Pages allocated by this transaction and given back to the policy.
-    FreshFreed(PageId, u64),
-    /// Committed pages this transaction stopped reaching (pending under its txid).
-    Freed(PageId, u64),
-    /// The same, for pages written after the last durable commit (unpinned.rs).
-    ReaderFreed(PageId, u64),
-}
-
 /// A write transaction. Only one exists at a time; [`crate::Db::begin_write`] waits for the
 /// previous one to end. Dropping it without [`WriteTx::commit`] aborts it.
 pub struct WriteTx<'db> {
@@ -97,7 +85,7 @@ pub struct WriteTx<'db> {
     done: bool,
     /// The newest meta open could pick after a crash, as of `begin` (it only grows: a page
     /// classified against an older value is re-checked when released, unpinned.rs).
-    on_disk: TxId,
+    pub(crate) on_disk: TxId,
 }
 
 impl std::fmt::Debug for WriteTx<'_> {
@@ -209,102 +197,6 @@ impl<'db> WriteTx<'db> {
             high_water: (self.db.pager.file_len() / ps).min(self.high_water),
             verify: false,
         }
-    }
-
-    // ---- page allocation -------------------------------------------------------------
-
-    /// `n` contiguous pages this transaction may write.
-    pub(crate) fn alloc(&mut self, n: u64) -> PageId {
-        let got = if self.compacting {
-            self.writer.free.policy.allocate_lowest(n)
-        } else {
-            self.writer.free.policy.allocate(n)
-        };
-        let p = match got {
-            Some(p) => {
-                self.undo.push(Undo::Alloc(p, n));
-                p
-            }
-            None => {
-                let p = self.high_water;
-                self.high_water += n;
-                p
-            }
-        };
-        for i in 0..n {
-            self.freemap_changes.insert(p + i, false);
-        }
-        p
-    }
-
-    /// Committed pages this transaction no longer reaches: pending until safe.
-    pub(crate) fn free_committed(&mut self, p: PageId, n: u64) {
-        let written = self
-            .base_view()
-            .pages(p, 1)
-            .ok()
-            .and_then(larch_pager::PageHeader::read)
-            .map_or(0, |h| h.txid);
-        self.free_written(p, n, written);
-    }
-
-    /// [`WriteTx::free_committed`] of pages whose header (already read) says `written`
-    /// wrote them.
-    pub(crate) fn free_written(&mut self, p: PageId, n: u64, written: TxId) {
-        // Written after the last durable commit: only readers can reach it (unpinned.rs).
-        if written > self.on_disk {
-            self.writer.reader_pinned.add(self.txid, p, n, written);
-            self.undo.push(Undo::ReaderFreed(p, n));
-        } else {
-            self.writer.free.free(self.txid, p, n);
-            self.undo.push(Undo::Freed(p, n));
-        }
-        for i in 0..n {
-            self.freemap_changes.insert(p + i, true);
-        }
-    }
-
-    /// Pages this transaction allocated and no longer needs: reusable at once.
-    pub(crate) fn free_fresh(&mut self, p: PageId, n: u64) {
-        self.writer.free.policy.insert(p, n);
-        self.undo.push(Undo::FreshFreed(p, n));
-        for i in 0..n {
-            self.freemap_changes.insert(p + i, true);
-        }
-    }
-
-    /// Put the free-space state back as it was when the transaction began.
-    fn rollback(&mut self) {
-        let base_high_water = self.base.meta.high_water;
-        let txid = self.txid;
-        let writer = &mut *self.writer;
-        let free = &mut writer.free;
-        for u in self.undo.drain(..).rev() {
-            match u {
-                Undo::Alloc(p, n) => {
-                    if p < base_high_water {
-                        free.policy.insert(p, n.min(base_high_water - p));
-                    }
-                }
-                Undo::FreshFreed(p, n) => {
-                    for q in p..p + n {
-                        if free.policy.contains(q) {
-                            free.policy.remove(q, 1);
-                        }
-                    }
-                }
-                Undo::Freed(p, n) => {
-                    free.pending.remove(txid, p, n);
-                }
-                Undo::ReaderFreed(p, n) => {
-                    writer.reader_pinned.remove(txid, p, n);
-                }
-            }
-        }
-        free.policy.truncate(base_high_water);
-        self.nodes.clear();
-        self.freemap_changes.clear();
-        self.high_water = base_high_water;
     }
 
     /// Abort: nothing this transaction did becomes visible. Same as dropping it.
@@ -512,32 +404,6 @@ impl<'db> WriteTx<'db> {
         self.undo.clear();
         self.db.publish(meta);
         Ok(deferred)
-    }
-
-    /// Lower the high-water mark over a run of reusable pages at the end of the file. Only
-    /// runs worth it (1/32 of the file, at least 16 pages) unless compacting, so a file that
-    /// breathes does not shrink and regrow on every commit. The file itself is truncated once
-    /// a meta with the lower mark is durable (`OpenFile::trim_to_durable`).
-    fn shrink_free_tail(&mut self) {
-        let tail = self.writer.free.policy.tail_run(self.high_water);
-        let worth = if self.compacting {
-            1
-        } else {
-            (self.high_water / 32).max(16)
-        };
-        if tail < worth || tail == 0 {
-            return;
-        }
-        let new_high_water = self.high_water - tail;
-        if !self.writer.free.policy.remove(new_high_water, tail) {
-            return;
-        }
-        // Like an allocation: undo puts the pages back.
-        self.undo.push(Undo::Alloc(new_high_water, tail));
-        for p in new_high_water..self.high_water {
-            self.freemap_changes.insert(p, false);
-        }
-        self.high_water = new_high_water;
     }
 
     pub(crate) fn tree_root(&self, i: TreeIdx) -> TreeRoot {
