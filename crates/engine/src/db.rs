@@ -284,7 +284,7 @@ impl Db {
             if inner.retired.load(Ordering::Acquire) {
                 continue;
             }
-            crate::durability::sync_all(&inner, &mut st)?;
+            st.sync_all(&inner)?;
             if writer.is_some() {
                 inner.trim_to_durable(&st);
             }
@@ -416,7 +416,7 @@ impl OpenFile {
                     return Ok(());
                 }
                 if st.durable < txid {
-                    crate::durability::sync_all(self, &mut st)?;
+                    st.sync_all(self)?;
                 }
                 if writer.is_some() {
                     self.trim_to_durable(&st);
@@ -445,7 +445,7 @@ impl Drop for OpenFile {
         if !self.pager.read_only() && !self.pager.is_poisoned() && !retired {
             let _w = self.writer.lock();
             let mut st = self.durability.lock();
-            if crate::durability::sync_all(self, &mut st).is_ok() {
+            if st.sync_all(self).is_ok() {
                 self.trim_to_durable(&st);
                 // A clean close: the newest commit is durable; say so in the older meta, so a
                 // later mismatch of its pages reads as damage, not a torn commit.

@@ -223,227 +223,224 @@ impl Batch {
     }
 }
 
-/// Sync data, then note that a meta written earlier without sync is now durable too.
-fn sync_data(db: &OpenFile, st: &mut DurableState) -> Result<()> {
-    db.pager.sync()?;
-    if let Some(t) = st.meta_unsynced.take() {
-        st.durable = st.durable.max(t);
-    }
-    Ok(())
-}
-
-/// Write `meta` into slot txid % 2. If that slot holds the last durable meta (async commits
-/// in between left the parity equal), first make `prev` (txid - 1, whose pages are synced by
-/// now) durable in the other slot, so a torn write of `meta` still has a fallback.
-fn write_meta_keeping_fallback(
-    db: &OpenFile,
-    st: &mut DurableState,
-    prev: Meta,
-    meta: Meta,
-) -> Result<()> {
-    if meta.txid % 2 == st.durable % 2 && meta.txid != st.durable {
-        debug_assert_eq!(prev.txid + 1, meta.txid);
-        db.pager.write_meta(&prev)?;
-        st.meta_written = st.meta_written.max(prev.txid);
-        db.pager.sync()?;
-        st.durable = prev.txid;
-    }
-    // Before the write: a failed or torn write may still leave this meta on disk.
-    st.meta_written = st.meta_written.max(meta.txid);
-    Ok(db.pager.write_meta(&meta)?)
-}
-
-/// Finish a commit whose pages are written: sync and write the meta as `d` asks. `freed`
-/// are the runs it stopped reaching; `manifest` what it wrote (empty if that does not fit a
-/// meta page). The commit before it is `st.committed`.
-pub(crate) fn commit_meta(
-    db: &OpenFile,
-    st: &mut DurableState,
-    meta: Meta,
-    d: Durability,
-    freed: &[(PageId, u64)],
-    manifest: &[ManifestRun],
-) -> Result<bool> {
-    let prev = st.committed;
-    let capacity = larch_pager::manifest_capacity(db.pager.page_size());
-    st.batch.record(freed, manifest, capacity);
-    let r = finish(db, st, prev, meta, d);
-    if r.is_err() {
-        // Rolled back: what the batch recorded for this commit is wrong now.
-        st.batch.break_off();
-    }
-    r
-}
-
-/// Returns true when a Sync commit was left to a later sync (group commit, below): the caller
-/// must wait for it to be durable.
-fn finish(
-    db: &OpenFile,
-    st: &mut DurableState,
-    prev: Meta,
-    meta: Meta,
-    d: Durability,
-) -> Result<bool> {
-    let mut deferred = false;
-    match d {
-        Durability::Sync if one_fsync_possible(db, st, meta.txid) => {
-            write_listed_meta(db, st, meta)?;
+/// Writing metas, syncing and marking commits durable: the one owner of this state, given
+/// the file it is for.
+impl DurableState {
+    /// Sync data, then note that a meta written earlier without sync is now durable too.
+    fn sync_data(&mut self, file: &OpenFile) -> Result<()> {
+        file.pager.sync()?;
+        if let Some(t) = self.meta_unsynced.take() {
+            self.durable = self.durable.max(t);
         }
-        Durability::Sync if db.opts.group_commit && two_step_possible(db, st, prev, meta.txid) => {
-            // `meta` would overwrite the durable meta's slot. Make the commit before it
-            // durable with one fdatasync (its meta takes the other slot; the sync covers this
-            // commit's pages too), and leave this one to the next sync, as a group-commit
-            // follower: under load that is the next group's, so no sync is spent on parity.
-            write_listed_prev(db, st, prev)?;
-            st.batch.keep_last();
-            deferred = true;
+        Ok(())
+    }
+
+    /// Write `meta` into slot txid % 2. If that slot holds the last durable meta (async commits
+    /// in between left the parity equal), first make `prev` (txid - 1, whose pages are synced by
+    /// now) durable in the other slot, so a torn write of `meta` still has a fallback.
+    fn write_meta_keeping_fallback(
+        &mut self,
+        file: &OpenFile,
+        prev: Meta,
+        meta: Meta,
+    ) -> Result<()> {
+        if meta.txid % 2 == self.durable % 2 && meta.txid != self.durable {
+            debug_assert_eq!(prev.txid + 1, meta.txid);
+            file.pager.write_meta(&prev)?;
+            self.meta_written = self.meta_written.max(prev.txid);
+            file.pager.sync()?;
+            self.durable = prev.txid;
         }
-        Durability::Sync if two_step_possible(db, st, prev, meta.txid) => {
-            write_listed_prev_then(db, st, prev, meta)?;
+        // Before the write: a failed or torn write may still leave this meta on disk.
+        self.meta_written = self.meta_written.max(meta.txid);
+        Ok(file.pager.write_meta(&meta)?)
+    }
+
+    /// Finish a commit whose pages are written: sync and write the meta as `d` asks. `freed`
+    /// are the runs it stopped reaching; `manifest` what it wrote (empty if that does not fit a
+    /// meta page). The commit before it is `self.committed`.
+    pub(crate) fn commit_meta(
+        &mut self,
+        file: &OpenFile,
+        meta: Meta,
+        d: Durability,
+        freed: &[(PageId, u64)],
+        manifest: &[ManifestRun],
+    ) -> Result<bool> {
+        let prev = self.committed;
+        let capacity = larch_pager::manifest_capacity(file.pager.page_size());
+        self.batch.record(freed, manifest, capacity);
+        let r = self.finish(file, prev, meta, d);
+        if r.is_err() {
+            // Rolled back: what the batch recorded for this commit is wrong now.
+            self.batch.break_off();
         }
-        Durability::Async => {}
-        Durability::Sync | Durability::NoMetaSync => {
-            sync_data(db, st)?;
-            write_meta_keeping_fallback(db, st, prev, meta)?;
-            if d == Durability::Sync {
-                db.pager.sync()?;
-                st.durable = meta.txid;
-            } else {
-                st.meta_unsynced = Some(meta.txid);
-                st.batch.break_off();
+        r
+    }
+
+    /// Returns true when a Sync commit was left to a later sync (group commit, below): the caller
+    /// must wait for it to be durable.
+    fn finish(&mut self, file: &OpenFile, prev: Meta, meta: Meta, d: Durability) -> Result<bool> {
+        let mut deferred = false;
+        match d {
+            Durability::Sync if self.one_fsync_possible(file, meta.txid) => {
+                self.write_listed_meta(file, meta)?;
+            }
+            Durability::Sync
+                if file.opts.group_commit && self.two_step_possible(file, prev, meta.txid) =>
+            {
+                // `meta` would overwrite the durable meta's slot. Make the commit before it
+                // durable with one fdatasync (its meta takes the other slot; the sync covers this
+                // commit's pages too), and leave this one to the next sync, as a group-commit
+                // follower: under load that is the next group's, so no sync is spent on parity.
+                self.write_listed_prev(file, prev)?;
+                self.batch.keep_last();
+                deferred = true;
+            }
+            Durability::Sync if self.two_step_possible(file, prev, meta.txid) => {
+                self.write_listed_prev_then(file, prev, meta)?;
+            }
+            Durability::Async => {}
+            Durability::Sync | Durability::NoMetaSync => {
+                self.sync_data(file)?;
+                self.write_meta_keeping_fallback(file, prev, meta)?;
+                if d == Durability::Sync {
+                    file.pager.sync()?;
+                    self.durable = meta.txid;
+                } else {
+                    self.meta_unsynced = Some(meta.txid);
+                    self.batch.break_off();
+                }
             }
         }
-    }
-    st.previous = prev;
-    st.committed = meta;
-    if st.durable == meta.txid {
-        st.batch.reset();
-    }
-    db.note_durable(st.durable);
-    Ok(deferred)
-}
-
-/// One fdatasync can make `txid` durable when recovery can check every page written since the
-/// last durable commit (the batch lists them, and no meta was written since it) and fall back
-/// to that commit, whose meta slot `txid` does not overwrite.
-fn one_fsync_possible(db: &OpenFile, st: &DurableState, txid: crate::TxId) -> bool {
-    db.opts.one_fsync
-        && !st.batch.broken
-        && !st.batch.objects.is_empty()
-        && st.meta_unsynced.is_none()
-        && st.meta_written == st.durable
-        && txid % 2 != st.durable % 2
-        && fits(db, st, txid, st.batch.runs().len())
-}
-
-/// A manifest of `runs` fits the meta page of `txid` (with txids when it lists more than one
-/// commit).
-fn fits(db: &OpenFile, st: &DurableState, txid: crate::TxId, runs: usize) -> bool {
-    let ps = db.pager.page_size();
-    runs <= if txid == st.durable + 1 {
-        larch_pager::manifest_capacity(ps)
-    } else {
-        larch_pager::manifest_batch_capacity(ps)
-    }
-}
-
-/// When `txid` would overwrite the durable meta's slot: the commit before it can take the
-/// other slot with one fdatasync (listing the batch as it was then), after which `txid`'s
-/// pages are synced too and its meta needs one more. Two fdatasyncs instead of three.
-fn two_step_possible(db: &OpenFile, st: &DurableState, prev: Meta, txid: crate::TxId) -> bool {
-    db.opts.one_fsync
-        && !st.batch.broken
-        && st.meta_unsynced.is_none()
-        && st.meta_written == st.durable
-        && txid % 2 == st.durable % 2
-        && prev.txid + 1 == txid
-        && prev.txid > st.durable
-        && {
-            let runs = st.batch.runs_before_last().len();
-            runs > 0 && fits(db, st, prev.txid, runs)
+        self.previous = prev;
+        self.committed = meta;
+        if self.durable == meta.txid {
+            self.batch.reset();
         }
-}
-
-fn write_listed_prev_then(
-    db: &OpenFile,
-    st: &mut DurableState,
-    prev: Meta,
-    meta: Meta,
-) -> Result<()> {
-    write_listed_prev(db, st, prev)?;
-    st.meta_written = st.meta_written.max(meta.txid);
-    db.pager.write_meta(&meta)?;
-    db.pager.sync()?;
-    st.durable = meta.txid;
-    Ok(())
-}
-
-/// Meta `prev` listing the batch as it stood after `prev`, then one fdatasync (which also
-/// covers the pages of the commit after it).
-fn write_listed_prev(db: &OpenFile, st: &mut DurableState, prev: Meta) -> Result<()> {
-    let mut p = prev;
-    p.manifest_first = if p.txid == st.durable + 1 {
-        0
-    } else {
-        st.durable + 1
-    };
-    let runs = st.batch.runs_before_last();
-    st.meta_written = st.meta_written.max(p.txid);
-    db.pager.write_meta_with_manifest(&p, &runs)?;
-    db.pager.sync()?;
-    st.durable = p.txid;
-    Ok(())
-}
-
-/// Write `meta` listing the batch, then one fdatasync covers pages and meta.
-fn write_listed_meta(db: &OpenFile, st: &mut DurableState, meta: Meta) -> Result<()> {
-    let mut meta = meta;
-    // Only this commit's pages: the format's plain one-fsync commit.
-    meta.manifest_first = if meta.txid == st.durable + 1 {
-        0
-    } else {
-        st.durable + 1
-    };
-    let runs = st.batch.runs();
-    st.meta_written = st.meta_written.max(meta.txid);
-    db.pager.write_meta_with_manifest(&meta, &runs)?;
-    db.pager.sync()?;
-    st.durable = meta.txid;
-    Ok(())
-}
-
-/// Make the newest commit durable (`Db::sync`, close).
-pub(crate) fn sync_all(db: &OpenFile, st: &mut DurableState) -> Result<()> {
-    let r = sync_all_inner(db, st);
-    db.note_durable(st.durable);
-    r
-}
-
-fn sync_all_inner(db: &OpenFile, st: &mut DurableState) -> Result<()> {
-    if st.committed.txid == st.durable {
-        return Ok(());
+        file.note_durable(self.durable);
+        Ok(deferred)
     }
-    let meta = st.committed;
-    if one_fsync_possible(db, st, meta.txid) {
-        write_listed_meta(db, st, meta).inspect_err(|_| st.batch.break_off())?;
-        st.batch.reset();
-        return Ok(());
+
+    /// One fdatasync can make `txid` durable when recovery can check every page written since the
+    /// last durable commit (the batch lists them, and no meta was written since it) and fall back
+    /// to that commit, whose meta slot `txid` does not overwrite.
+    fn one_fsync_possible(&self, file: &OpenFile, txid: crate::TxId) -> bool {
+        file.opts.one_fsync
+            && !self.batch.broken
+            && !self.batch.objects.is_empty()
+            && self.meta_unsynced.is_none()
+            && self.meta_written == self.durable
+            && txid % 2 != self.durable % 2
+            && self.fits(file, txid, self.batch.runs().len())
     }
-    let prev = st.previous;
-    if two_step_possible(db, st, prev, meta.txid) {
-        write_listed_prev_then(db, st, prev, meta).inspect_err(|_| st.batch.break_off())?;
-        st.batch.reset();
-        return Ok(());
+
+    /// A manifest of `runs` fits the meta page of `txid` (with txids when it lists more than one
+    /// commit).
+    fn fits(&self, file: &OpenFile, txid: crate::TxId, runs: usize) -> bool {
+        let ps = file.pager.page_size();
+        runs <= if txid == self.durable + 1 {
+            larch_pager::manifest_capacity(ps)
+        } else {
+            larch_pager::manifest_batch_capacity(ps)
+        }
     }
-    sync_data(db, st)?;
-    if st.committed.txid != st.durable {
-        let (prev, meta) = (st.previous, st.committed);
-        write_meta_keeping_fallback(db, st, prev, meta)?;
-        db.pager.sync()?;
-        st.durable = meta.txid;
+
+    /// When `txid` would overwrite the durable meta's slot: the commit before it can take the
+    /// other slot with one fdatasync (listing the batch as it was then), after which `txid`'s
+    /// pages are synced too and its meta needs one more. Two fdatasyncs instead of three.
+    fn two_step_possible(&self, file: &OpenFile, prev: Meta, txid: crate::TxId) -> bool {
+        file.opts.one_fsync
+            && !self.batch.broken
+            && self.meta_unsynced.is_none()
+            && self.meta_written == self.durable
+            && txid % 2 == self.durable % 2
+            && prev.txid + 1 == txid
+            && prev.txid > self.durable
+            && {
+                let runs = self.batch.runs_before_last().len();
+                runs > 0 && self.fits(file, prev.txid, runs)
+            }
     }
-    st.batch.reset();
-    Ok(())
+
+    fn write_listed_prev_then(&mut self, file: &OpenFile, prev: Meta, meta: Meta) -> Result<()> {
+        self.write_listed_prev(file, prev)?;
+        self.meta_written = self.meta_written.max(meta.txid);
+        file.pager.write_meta(&meta)?;
+        file.pager.sync()?;
+        self.durable = meta.txid;
+        Ok(())
+    }
+
+    /// Meta `prev` listing the batch as it stood after `prev`, then one fdatasync (which also
+    /// covers the pages of the commit after it).
+    fn write_listed_prev(&mut self, file: &OpenFile, prev: Meta) -> Result<()> {
+        let mut p = prev;
+        p.manifest_first = if p.txid == self.durable + 1 {
+            0
+        } else {
+            self.durable + 1
+        };
+        let runs = self.batch.runs_before_last();
+        self.meta_written = self.meta_written.max(p.txid);
+        file.pager.write_meta_with_manifest(&p, &runs)?;
+        file.pager.sync()?;
+        self.durable = p.txid;
+        Ok(())
+    }
+
+    /// Write `meta` listing the batch, then one fdatasync covers pages and meta.
+    fn write_listed_meta(&mut self, file: &OpenFile, meta: Meta) -> Result<()> {
+        let mut meta = meta;
+        // Only this commit's pages: the format's plain one-fsync commit.
+        meta.manifest_first = if meta.txid == self.durable + 1 {
+            0
+        } else {
+            self.durable + 1
+        };
+        let runs = self.batch.runs();
+        self.meta_written = self.meta_written.max(meta.txid);
+        file.pager.write_meta_with_manifest(&meta, &runs)?;
+        file.pager.sync()?;
+        self.durable = meta.txid;
+        Ok(())
+    }
+
+    /// Make the newest commit durable (`Db::sync`, close).
+    pub(crate) fn sync_all(&mut self, file: &OpenFile) -> Result<()> {
+        let r = self.sync_all_inner(file);
+        file.note_durable(self.durable);
+        r
+    }
+
+    fn sync_all_inner(&mut self, file: &OpenFile) -> Result<()> {
+        if self.committed.txid == self.durable {
+            return Ok(());
+        }
+        let meta = self.committed;
+        if self.one_fsync_possible(file, meta.txid) {
+            self.write_listed_meta(file, meta)
+                .inspect_err(|_| self.batch.break_off())?;
+            self.batch.reset();
+            return Ok(());
+        }
+        let prev = self.previous;
+        if self.two_step_possible(file, prev, meta.txid) {
+            self.write_listed_prev_then(file, prev, meta)
+                .inspect_err(|_| self.batch.break_off())?;
+            self.batch.reset();
+            return Ok(());
+        }
+        self.sync_data(file)?;
+        if self.committed.txid != self.durable {
+            let (prev, meta) = (self.previous, self.committed);
+            self.write_meta_keeping_fallback(file, prev, meta)?;
+            file.pager.sync()?;
+            self.durable = meta.txid;
+        }
+        self.batch.reset();
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -393,9 +393,7 @@ impl<'db> WriteTx<'db> {
             .collect();
         let deferred = {
             let mut st = self.db.durability.lock();
-            let deferred = crate::durability::commit_meta(
-                &self.db, &mut st, meta, durability, &freed, &manifest,
-            )?;
+            let deferred = st.commit_meta(&self.db, meta, durability, &freed, &manifest)?;
             // This transaction's writes are done: the file may shrink to a durable mark.
             self.db.trim_to_durable(&st);
             deferred
