@@ -25,12 +25,15 @@
 //! /proc/self/io) is the fallback.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use larch::{Db, Durability, IoStats, Options, Policy, Stats, WriteMode};
 
 mod bench_io;
-use bench_io::{fs_type, loadavg, print_table, syncfs, target_dir, Device, Sample};
+use bench_io::{
+    command_lines, kernel, load1, loadavg, parse_names, parse_num, print_table, raw_args, syncfs,
+    time_seed, write_csv, Device, Rng, RunDir, Sample,
+};
 
 const TREE: &str = "bench";
 const KEY_LEN: usize = 16;
@@ -69,30 +72,8 @@ fn usage() -> ! {
     std::process::exit(2)
 }
 
-fn parse_list<T>(s: &str, from_name: impl Fn(&str) -> Option<T>) -> Vec<T> {
-    s.split(',')
-        .map(|n| {
-            from_name(n.trim()).unwrap_or_else(|| {
-                eprintln!("unknown name {n:?}");
-                usage()
-            })
-        })
-        .collect()
-}
-
-fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> T {
-    v.parse().unwrap_or_else(|_| {
-        eprintln!("{flag} wants a number, got {v:?}");
-        usage()
-    })
-}
-
 fn parse_args() -> Args {
-    // cargo bench passes `--bench` to harness = false targets; it means nothing here.
-    let raw: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
+    let raw = raw_args();
     let mut a = Args {
         txns: 10_000,
         values: 100,
@@ -101,10 +82,7 @@ fn parse_args() -> Args {
         policies: Policy::ALL.to_vec(),
         write_modes: vec![WriteMode::Pwrite],
         dir: None,
-        // A fresh seed per run unless given (BENCHMARK.md); it is printed either way.
-        seed: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64),
+        seed: time_seed(),
         csv: None,
         idle_secs: 5.0,
         rounds: 1,
@@ -122,17 +100,17 @@ fn parse_args() -> Args {
         }
         let v = it.next().unwrap_or_else(|| usage());
         match flag.as_str() {
-            "--txns" => a.txns = parse_num(&flag, &v),
-            "--values" => a.values = parse_num(&flag, &v),
-            "--keys" => a.keys = parse_num(&flag, &v),
-            "--value-size" => a.value_size = parse_num(&flag, &v),
-            "--seed" => a.seed = parse_num(&flag, &v),
-            "--policies" => a.policies = parse_list(&v, Policy::from_name),
-            "--write-modes" => a.write_modes = parse_list(&v, WriteMode::from_name),
+            "--txns" => a.txns = parse_num(&flag, &v, usage),
+            "--values" => a.values = parse_num(&flag, &v, usage),
+            "--keys" => a.keys = parse_num(&flag, &v, usage),
+            "--value-size" => a.value_size = parse_num(&flag, &v, usage),
+            "--seed" => a.seed = parse_num(&flag, &v, usage),
+            "--policies" => a.policies = parse_names(&v, Policy::from_name, "name", usage),
+            "--write-modes" => a.write_modes = parse_names(&v, WriteMode::from_name, "name", usage),
             "--dir" => a.dir = Some(PathBuf::from(v)),
             "--csv" => a.csv = Some(PathBuf::from(v)),
-            "--idle-secs" => a.idle_secs = parse_num(&flag, &v),
-            "--rounds" => a.rounds = parse_num(&flag, &v),
+            "--idle-secs" => a.idle_secs = parse_num(&flag, &v, usage),
+            "--rounds" => a.rounds = parse_num(&flag, &v, usage),
             _ => usage(),
         }
     }
@@ -142,47 +120,7 @@ fn parse_args() -> Args {
     a
 }
 
-/// The command as given, and (when no seed was given) the one that replays this run.
-fn command_lines(a: &Args) -> (String, Option<String>) {
-    let env = std::env::var("CARGO_TARGET_DIR")
-        .map_or(String::new(), |d| format!("CARGO_TARGET_DIR={d} "));
-    let cmd = |args: &[String]| {
-        let sep = if args.is_empty() { "" } else { " -- " };
-        format!("{env}cargo bench --bench policies{sep}{}", args.join(" "))
-    };
-    let exact = cmd(&a.raw);
-    if a.raw.iter().any(|x| x == "--seed") {
-        return (exact, None);
-    }
-    let mut args = a.raw.clone();
-    args.extend(["--seed".into(), a.seed.to_string()]);
-    (exact, Some(cmd(&args)))
-}
-
 // ---- workload --------------------------------------------------------------------------------
-
-/// splitmix64: deterministic per seed, and no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Random bytes, so values are not trivially compressible by anything below us.
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let r = self.next().to_le_bytes();
-            chunk.copy_from_slice(&r[..chunk.len()]);
-        }
-    }
-}
 
 /// Key `i` of the key space, exactly 16 bytes.
 fn key(i: u64) -> [u8; KEY_LEN] {
@@ -206,8 +144,6 @@ fn one_txn(db: &Db, a: &Args, rng: &mut Rng, value: &mut [u8]) -> larch::Result<
     tx.commit()?;
     Ok(t0.elapsed())
 }
-
-// ---- where to run ----------------------------------------------------------------------------
 
 // ---- runs ------------------------------------------------------------------------------------
 
@@ -320,7 +256,7 @@ impl Runner {
             stats,
             p50: percentile(&self.lat, 0.50),
             p99: percentile(&self.lat, 0.99),
-            load: loadavg().split(' ').next().unwrap_or("?").to_string(),
+            load: load1(),
         }
     }
 }
@@ -531,58 +467,26 @@ fn summary(rows: &[Row]) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// The table as CSV, preceded by the run's description as `#` comment lines.
-fn write_csv(path: &Path, rows: &[Vec<String>], about: &[(&str, String)]) {
-    let mut out: String = about.iter().map(|(k, v)| format!("# {k}: {v}\n")).collect();
-    out += &(HEADER.join(",") + "\n");
-    for r in rows {
-        out += &(r.join(",") + "\n");
-    }
-    if let Some(parent) = path.parent() {
-        let _ = std::fs::create_dir_all(parent);
-    }
-    match std::fs::write(path, out) {
-        Ok(()) => println!("csv: {}", path.display()),
-        Err(e) => eprintln!("could not write {}: {e}", path.display()),
-    }
-}
-
-fn kernel() -> String {
-    std::fs::read_to_string("/proc/version")
-        .map(|v| v.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 fn main() {
     let a = parse_args();
-    let target = target_dir();
-    let parent = a.dir.clone().unwrap_or_else(|| target.join("policies"));
-    std::fs::create_dir_all(&parent).expect("create run dir");
-    // A private directory inside, so no file of the user's is ever overwritten or removed.
-    let tmp = tempfile::Builder::new()
-        .prefix("run-")
-        .tempdir_in(&parent)
-        .expect("temp dir");
-    let fs = fs_type(tmp.path()).unwrap_or_else(|| "unknown".into());
-    if matches!(fs.as_str(), "tmpfs" | "ramfs") {
-        eprintln!(
-            "warning: {} is on {fs}: nothing reaches a device; pass --dir on a disk",
-            parent.display()
-        );
-    }
-    let device = Device::for_dir(tmp.path());
+    let run_dir = RunDir::create(a.dir.clone(), "policies");
+    let (tmp, fs, device) = (run_dir.path(), &run_dir.fs, &run_dir.device);
     let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
 
-    let (exact, replay) = command_lines(&a);
+    let (exact, replay) = command_lines("policies", &a.raw, a.seed);
     let mut about = vec![("command", exact)];
     about.extend(replay.map(|r| ("replay with", r)));
     about.extend([
         (
             "machine",
-            format!("nproc={nproc}; {}; load {}", kernel(), loadavg()),
+            format!(
+                "nproc={nproc}; {}; load {}",
+                kernel().unwrap_or_else(|| "unknown".into()),
+                loadavg()
+            ),
         ),
         ("device", device.describe()),
-        ("dir", format!("{} ({fs})", tmp.path().display())),
+        ("dir", format!("{} ({fs})", tmp.display())),
         (
             "workload",
             format!(
@@ -603,9 +507,9 @@ fn main() {
     for &mode in &a.write_modes {
         for round in 0..a.rounds {
             runs.extend(if a.interleave {
-                run_interleaved(&a, mode, round, tmp.path(), &device)
+                run_interleaved(&a, mode, round, tmp, device)
             } else {
-                run_sequential(&a, mode, round, tmp.path(), &device)
+                run_sequential(&a, mode, round, tmp, device)
             });
         }
     }
@@ -624,6 +528,6 @@ fn main() {
     let csv = a
         .csv
         .clone()
-        .unwrap_or_else(|| target.join("policies").join("latest.csv"));
-    write_csv(&csv, &rows, &about);
+        .unwrap_or_else(|| run_dir.target.join("policies").join("latest.csv"));
+    write_csv(&csv, &HEADER, &rows, &about);
 }

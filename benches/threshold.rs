@@ -33,18 +33,21 @@
 //! counts page-cache pages dirtied, so no journal), and the engine's own `Db::io_stats`
 //! bytes handed to write (see `EngineBytes` for how compactions are counted).
 //!
-//! The device-counter code (`Device`, `major_minor`, `proc_write_bytes`, `fs_type`,
-//! `target_dir`, `syncfs`) is a trimmed copy of the same functions in benches/policies.rs, which
-//! keeps them private to its own bench target.
+//! The command-line plumbing, the random number generator, the run directory, the device
+//! counters and the table and CSV writers are shared with benches/policies.rs, in
+//! benches/bench_io.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use larch::{Db, Durability, IoStats, Options, Policy, Stats};
 
 mod bench_io;
-use bench_io::{fs_type, loadavg, print_table, syncfs, target_dir, Device, Sample};
+use bench_io::{
+    command_lines, kernel, load1, loadavg, mix, parse_names, parse_num, print_table, raw_args,
+    syncfs, time_seed, write_csv, Device, Rng, RunDir, Sample,
+};
 
 const TREE: &str = "bench";
 const KEY_LEN: usize = 16;
@@ -89,7 +92,7 @@ fn parse_threshold(s: &str) -> Option<f64> {
     if s == "off" || s == "none" {
         return None;
     }
-    let t: f64 = parse_num("--thresholds", s.trim_end_matches('%'));
+    let t: f64 = parse_num("--thresholds", s.trim_end_matches('%'), usage);
     let t = if s.ends_with('%') { t / 100.0 } else { t };
     if !(t > 0.0 && t < 1.0) {
         eprintln!("a threshold is a fraction in (0, 1) or `off`, got {s:?}");
@@ -98,19 +101,8 @@ fn parse_threshold(s: &str) -> Option<f64> {
     Some(t)
 }
 
-fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> T {
-    v.parse().unwrap_or_else(|_| {
-        eprintln!("{flag} wants a number, got {v:?}");
-        usage()
-    })
-}
-
 fn parse_args() -> Args {
-    // cargo bench passes `--bench` to harness = false targets; it means nothing here.
-    let raw: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
+    let raw = raw_args();
     let mut a = Args {
         keys: 100_000,
         value_size: 256,
@@ -120,9 +112,7 @@ fn parse_args() -> Args {
         policies: vec![Policy::FirstFit, Policy::Null],
         sync_every: 100,
         dir: None,
-        seed: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64),
+        seed: time_seed(),
         csv: None,
         trace: None,
         idle_secs: 3.0,
@@ -135,28 +125,18 @@ fn parse_args() -> Args {
         }
         let v = it.next().unwrap_or_else(|| usage());
         match flag.as_str() {
-            "--keys" => a.keys = parse_num(&flag, &v),
-            "--value-size" => a.value_size = parse_num(&flag, &v),
-            "--commits" => a.commits = parse_num(&flag, &v),
-            "--per-commit" => a.per_commit = parse_num(&flag, &v),
-            "--sync-every" => a.sync_every = parse_num(&flag, &v),
-            "--seed" => a.seed = parse_num(&flag, &v),
+            "--keys" => a.keys = parse_num(&flag, &v, usage),
+            "--value-size" => a.value_size = parse_num(&flag, &v, usage),
+            "--commits" => a.commits = parse_num(&flag, &v, usage),
+            "--per-commit" => a.per_commit = parse_num(&flag, &v, usage),
+            "--sync-every" => a.sync_every = parse_num(&flag, &v, usage),
+            "--seed" => a.seed = parse_num(&flag, &v, usage),
             "--thresholds" => a.thresholds = v.split(',').map(parse_threshold).collect(),
-            "--policies" => {
-                a.policies = v
-                    .split(',')
-                    .map(|n| {
-                        Policy::from_name(n.trim()).unwrap_or_else(|| {
-                            eprintln!("unknown policy {n:?}");
-                            usage()
-                        })
-                    })
-                    .collect()
-            }
+            "--policies" => a.policies = parse_names(&v, Policy::from_name, "policy", usage),
             "--dir" => a.dir = Some(PathBuf::from(v)),
             "--csv" => a.csv = Some(PathBuf::from(v)),
             "--trace" => a.trace = Some(PathBuf::from(v)),
-            "--idle-secs" => a.idle_secs = parse_num(&flag, &v),
+            "--idle-secs" => a.idle_secs = parse_num(&flag, &v, usage),
             _ => usage(),
         }
     }
@@ -172,55 +152,11 @@ fn parse_args() -> Args {
     a
 }
 
-/// The command as given, and (when no seed was given) the one that replays this run.
-fn command_lines(a: &Args) -> (String, Option<String>) {
-    let env = std::env::var("CARGO_TARGET_DIR")
-        .map_or(String::new(), |d| format!("CARGO_TARGET_DIR={d} "));
-    let cmd = |args: &[String]| {
-        let sep = if args.is_empty() { "" } else { " -- " };
-        format!("{env}cargo bench --bench threshold{sep}{}", args.join(" "))
-    };
-    let exact = cmd(&a.raw);
-    if a.raw.iter().any(|x| x == "--seed") {
-        return (exact, None);
-    }
-    let mut args = a.raw.clone();
-    args.extend(["--seed".into(), a.seed.to_string()]);
-    (exact, Some(cmd(&args)))
-}
-
 fn threshold_name(t: Option<f64>) -> String {
     t.map_or("off".into(), |t| format!("{:.0}%", t * 100.0))
 }
 
 // ---- workload --------------------------------------------------------------------------------
-
-/// splitmix64: deterministic per seed, and no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Random bytes, so values are not trivially compressible by anything below us.
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let r = self.next().to_le_bytes();
-            chunk.copy_from_slice(&r[..chunk.len()]);
-        }
-    }
-}
-
-/// splitmix64's finalizer: a bijection on u64.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// Key `i`: a hash of the counter as 16 hex digits, so distinct keys and no key order.
 fn key(i: u64) -> [u8; KEY_LEN] {
@@ -228,8 +164,6 @@ fn key(i: u64) -> [u8; KEY_LEN] {
     k.copy_from_slice(format!("{:016x}", mix(i.wrapping_add(0x5eed))).as_bytes());
     k
 }
-
-// ---- device counters (trimmed copy from benches/policies.rs) -----------------------------
 
 // ---- the machine -------------------------------------------------------------------------
 
@@ -257,9 +191,7 @@ fn machine() -> String {
             Some(format!("{:.1} GiB RAM", kb as f64 / (1 << 20) as f64))
         })
         .unwrap_or_else(|| "? RAM".into());
-    let kernel = std::fs::read_to_string("/proc/version")
-        .map(|v| v.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown kernel".into());
+    let kernel = kernel().unwrap_or_else(|| "unknown kernel".into());
     format!("{nproc} x {cpu}; {mem}; {kernel}; load {}", loadavg())
 }
 
@@ -535,7 +467,7 @@ fn run(a: &Args, policy: Policy, threshold: Option<f64>, parent: &Path, device: 
         compactions,
         compaction_error,
         stats,
-        load: loadavg().split(' ').next().unwrap_or("?").to_string(),
+        load: load1(),
     }
 }
 
@@ -655,51 +587,32 @@ fn csv_extra(r: &Row) -> Vec<String> {
     ]
 }
 
-/// The table as CSV (table columns, then raw numbers), preceded by `#` comment lines.
-fn write_csv(path: &Path, runs: &[Row], about: &[(&str, String)]) {
-    let mut out: String = about.iter().map(|(k, v)| format!("# {k}: {v}\n")).collect();
+/// The CSV: the table's columns, then the raw numbers.
+fn write_runs_csv(path: &Path, runs: &[Row], about: &[(&str, String)]) {
     let header: Vec<&str> = HEADER.iter().chain(CSV_EXTRA.iter()).copied().collect();
-    out += &(header.join(",") + "\n");
-    for r in runs {
-        let mut c = cells(r);
-        c.extend(csv_extra(r));
-        out += &(c.join(",") + "\n");
-    }
-    if let Some(parent) = path.parent() {
-        let _ = std::fs::create_dir_all(parent);
-    }
-    match std::fs::write(path, out) {
-        Ok(()) => println!("csv: {}", path.display()),
-        Err(e) => eprintln!("could not write {}: {e}", path.display()),
-    }
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            let mut c = cells(r);
+            c.extend(csv_extra(r));
+            c
+        })
+        .collect();
+    write_csv(path, &header, &rows, about);
 }
 
 fn main() {
     let a = parse_args();
-    let target = target_dir();
-    let parent = a.dir.clone().unwrap_or_else(|| target.join("threshold"));
-    std::fs::create_dir_all(&parent).expect("create run dir");
-    // A private directory inside, so no file of the user's is ever overwritten or removed.
-    let tmp = tempfile::Builder::new()
-        .prefix("run-")
-        .tempdir_in(&parent)
-        .expect("temp dir");
-    let fs = fs_type(tmp.path()).unwrap_or_else(|| "unknown".into());
-    if matches!(fs.as_str(), "tmpfs" | "ramfs") {
-        eprintln!(
-            "warning: {} is on {fs}: nothing reaches a device; pass --dir on a disk",
-            parent.display()
-        );
-    }
-    let device = Device::for_dir(tmp.path());
+    let run_dir = RunDir::create(a.dir.clone(), "threshold");
+    let (tmp, fs, device) = (run_dir.path(), &run_dir.fs, &run_dir.device);
 
-    let (exact, replay) = command_lines(&a);
+    let (exact, replay) = command_lines("threshold", &a.raw, a.seed);
     let mut about = vec![("command", exact)];
     about.extend(replay.map(|r| ("replay with", r)));
     about.extend([
         ("machine", machine()),
         ("device", device.describe()),
-        ("dir", format!("{} ({fs})", tmp.path().display())),
+        ("dir", format!("{} ({fs})", tmp.display())),
         (
             "workload",
             format!(
@@ -731,7 +644,7 @@ fn main() {
     for &policy in &a.policies {
         for &t in &a.thresholds {
             eprintln!("{} / {} ...", policy.name(), threshold_name(t));
-            let r = run(&a, policy, t, tmp.path(), &device);
+            let r = run(&a, policy, t, tmp, device);
             eprintln!(
                 "  load {:.1} s, overwrite {:.1} s ({:.1} s wall), settle {:.1} s, {} compactions",
                 r.load_secs, r.secs, r.wall_secs, r.settle_secs, r.compactions
@@ -778,6 +691,6 @@ fn main() {
     let csv = a
         .csv
         .clone()
-        .unwrap_or_else(|| target.join("threshold").join("latest.csv"));
-    write_csv(&csv, &runs, &about);
+        .unwrap_or_else(|| run_dir.target.join("threshold").join("latest.csv"));
+    write_runs_csv(&csv, &runs, &about);
 }

@@ -1,15 +1,158 @@
-//! What the root benchmarks (policies, threshold) share: the block device's write counters,
-//! /proc/self/io, the filesystem under a directory, the target directory, and the table printer.
-//! Each benchmark uses a different part, hence the dead-code allowance.
+//! What the root benchmarks (policies, threshold) share: the command line's plumbing, the
+//! random number generator, the run directory, the block device's write counters,
+//! /proc/self/io, the filesystem under a directory, the target directory, the table printer and
+//! the CSV writer. Each benchmark uses a different part, hence the dead-code allowance.
 #![allow(dead_code)]
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 pub const SECTOR: u64 = 512;
+
+// ---- command line ------------------------------------------------------------------------
+
+/// The arguments as given, without the `--bench` that cargo bench passes to harness = false
+/// targets (it means nothing here).
+pub fn raw_args() -> Vec<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect()
+}
+
+/// A fresh seed per run, for when none is given (BENCHMARK.md); the benches print it either way.
+pub fn time_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// `v` as a number, or the bench's usage (and exit 2) naming `flag`.
+pub fn parse_num<T: std::str::FromStr>(flag: &str, v: &str, usage: fn() -> !) -> T {
+    v.parse().unwrap_or_else(|_| {
+        eprintln!("{flag} wants a number, got {v:?}");
+        usage()
+    })
+}
+
+/// A comma-separated list of names, or the bench's usage (and exit 2) after
+/// "unknown {what} ...".
+pub fn parse_names<T>(
+    s: &str,
+    from_name: impl Fn(&str) -> Option<T>,
+    what: &str,
+    usage: fn() -> !,
+) -> Vec<T> {
+    s.split(',')
+        .map(|n| {
+            from_name(n.trim()).unwrap_or_else(|| {
+                eprintln!("unknown {what} {n:?}");
+                usage()
+            })
+        })
+        .collect()
+}
+
+/// The command as given (`raw`, from `raw_args`), and (when no seed was given) the one that
+/// replays this run with `seed`.
+pub fn command_lines(bench: &str, raw: &[String], seed: u64) -> (String, Option<String>) {
+    let env = std::env::var("CARGO_TARGET_DIR")
+        .map_or(String::new(), |d| format!("CARGO_TARGET_DIR={d} "));
+    let cmd = |args: &[String]| {
+        let sep = if args.is_empty() { "" } else { " -- " };
+        format!("{env}cargo bench --bench {bench}{sep}{}", args.join(" "))
+    };
+    let exact = cmd(raw);
+    if raw.iter().any(|x| x == "--seed") {
+        return (exact, None);
+    }
+    let mut args = raw.to_vec();
+    args.extend(["--seed".into(), seed.to_string()]);
+    (exact, Some(cmd(&args)))
+}
+
+// ---- workload ----------------------------------------------------------------------------
+
+/// splitmix64: deterministic per seed, and no dependency. (Not harness-core's `keys::Rng`,
+/// which mixes the seed first and draws `below` by multiply-shift: another stream, and these
+/// benches' results are kept comparable across versions by replaying the same seed.)
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(self.0)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Random bytes, so values are not trivially compressible by anything below us.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let r = self.next().to_le_bytes();
+            chunk.copy_from_slice(&r[..chunk.len()]);
+        }
+    }
+}
+
+/// splitmix64's finalizer: a bijection on u64.
+pub fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+// ---- where to run ------------------------------------------------------------------------
+
+/// Where a bench's files go, and what counts the writes to it.
+pub struct RunDir {
+    /// Cargo's target directory (`target_dir`).
+    pub target: PathBuf,
+    /// A private directory inside `--dir` (default target/BENCH), removed when dropped.
+    pub tmp: tempfile::TempDir,
+    /// Filesystem type of `tmp`, or "unknown".
+    pub fs: String,
+    /// The block device under `tmp`.
+    pub device: Device,
+}
+
+impl RunDir {
+    /// Create the run directory inside `dir` (default target/`bench`), warning when it is on a
+    /// filesystem that reaches no device.
+    pub fn create(dir: Option<PathBuf>, bench: &str) -> RunDir {
+        let target = target_dir();
+        let parent = dir.unwrap_or_else(|| target.join(bench));
+        std::fs::create_dir_all(&parent).expect("create run dir");
+        // A private directory inside, so no file of the user's is ever overwritten or removed.
+        let tmp = tempfile::Builder::new()
+            .prefix("run-")
+            .tempdir_in(&parent)
+            .expect("temp dir");
+        let fs = fs_type(tmp.path()).unwrap_or_else(|| "unknown".into());
+        if matches!(fs.as_str(), "tmpfs" | "ramfs") {
+            eprintln!(
+                "warning: {} is on {fs}: nothing reaches a device; pass --dir on a disk",
+                parent.display()
+            );
+        }
+        let device = Device::for_dir(tmp.path());
+        RunDir {
+            target,
+            tmp,
+            fs,
+            device,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+}
+
+// ---- device counters ---------------------------------------------------------------------
 
 /// The block device whose counters are read, or why there is none.
 #[derive(Clone, Debug)]
@@ -162,10 +305,24 @@ impl Device {
     }
 }
 
+// ---- the machine -------------------------------------------------------------------------
+
 pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
+}
+
+/// The 1-minute load average: other work competing for the CPUs.
+pub fn load1() -> String {
+    loadavg().split(' ').next().unwrap_or("?").to_string()
+}
+
+/// The first three words of /proc/version ("Linux version X").
+pub fn kernel() -> Option<String> {
+    std::fs::read_to_string("/proc/version")
+        .ok()
+        .map(|v| v.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
 
 /// Flush the filesystem so dirty data from before a run is not counted in it, and writeback
@@ -204,6 +361,8 @@ pub fn fs_type(path: &Path) -> Option<String> {
         .map(|(_, ty)| ty)
 }
 
+// ---- output ------------------------------------------------------------------------------
+
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let widths: Vec<usize> = (0..header.len())
         .map(|i| {
@@ -233,5 +392,21 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     line(header);
     for r in rows {
         line(&r.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+}
+
+/// The table as CSV, preceded by the run's description as `#` comment lines.
+pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>], about: &[(&str, String)]) {
+    let mut out: String = about.iter().map(|(k, v)| format!("# {k}: {v}\n")).collect();
+    out += &(header.join(",") + "\n");
+    for r in rows {
+        out += &(r.join(",") + "\n");
+    }
+    if let Some(parent) = path.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    match std::fs::write(path, out) {
+        Ok(()) => println!("csv: {}", path.display()),
+        Err(e) => eprintln!("could not write {}: {e}", path.display()),
     }
 }

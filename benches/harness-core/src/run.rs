@@ -621,22 +621,46 @@ struct RunConfig<'a> {
     method: Pairs<&'static str, String>,
     source_revision: Option<String>,
     loadavg_at_end: Option<String>,
-    engines: Pairs<String, Pairs<String, String>>,
+    engines: Described,
     elapsed_secs: f64,
 }
 
-fn parent(
+/// Each engine/setup's own description, by label: setting -> value.
+type Described = Pairs<String, Pairs<String, String>>;
+
+/// An engine (or the limits) and one of its setups: what one child process runs.
+type Job<'f> = (&'f dyn EngineFactory, String);
+
+/// What runs, in order: the limits first, on a machine no engine has dirtied yet, then the
+/// engine/setups, then the fdatasync limit once more (other work on the machine drifts).
+struct Plan<'f> {
+    limits: Vec<Job<'f>>,
+    engines: Vec<Job<'f>>,
+    after: Vec<Job<'f>>,
+}
+
+impl<'f> Plan<'f> {
+    /// Every job in run order, each with whether it is a limit (shown last).
+    fn jobs(&self) -> impl Iterator<Item = (bool, &Job<'f>)> {
+        self.limits
+            .iter()
+            .map(|p| (true, p))
+            .chain(self.engines.iter().map(|p| (false, p)))
+            .chain(self.after.iter().map(|p| (true, p)))
+    }
+}
+
+/// The plan of `--engines` (default: every engine of this program) with their setups, each
+/// checked, and of the limits that have a step to run.
+fn plan_runs<'f>(
     cfg: &Config,
-    args: &[String],
-    program: &str,
-    factories: &[&dyn EngineFactory],
-) -> std::result::Result<(), String> {
-    // What runs, in order.
+    factories: &[&'f dyn EngineFactory],
+) -> std::result::Result<Plan<'f>, String> {
     let names: Vec<String> = cfg
         .engines
         .clone()
         .unwrap_or_else(|| factories.iter().map(|f| f.name().to_string()).collect());
-    let mut plan: Vec<(&dyn EngineFactory, String)> = Vec::new();
+    let mut engines: Vec<Job<'f>> = Vec::new();
     for name in &names {
         let f = factories.iter().find(|f| f.name() == name).ok_or_else(|| {
             format!(
@@ -650,19 +674,72 @@ fn parent(
         })?;
         for setup in f.setups(&cfg.larch_setups) {
             f.check_setup(&setup).map_err(|e| e.to_string())?;
-            plan.push((*f, setup));
+            engines.push((*f, setup));
         }
     }
     let ecfg = engine_config(cfg);
-    let mut limit_plan: Vec<(&dyn EngineFactory, String)> = Vec::new();
+    let mut limits: Vec<Job<'f>> = Vec::new();
     if !cfg.no_limits {
         for s in limits::setups_for(&ecfg) {
             if !steps_for(cfg, &Limits, s).is_empty() {
-                limit_plan.push((&Limits, s.to_string()));
+                limits.push((&Limits, s.to_string()));
             }
         }
     }
+    let after: Vec<Job<'f>> = limits
+        .iter()
+        .filter(|(_, s)| s == limits::FDATASYNC)
+        .map(|_| {
+            (
+                &Limits as &dyn EngineFactory,
+                limits::FDATASYNC_AFTER.to_string(),
+            )
+        })
+        .collect();
+    Ok(Plan {
+        limits,
+        engines,
+        after,
+    })
+}
 
+/// Everything settled before the first child runs: the seed, the directories, the device and
+/// memory limiter, and how the run describes itself.
+struct RunSetup {
+    seed: u64,
+    /// The results directory (results.json, results.csv, chart.svg).
+    out: PathBuf,
+    /// Where the databases go: removed at the end when the harness chose it (no `--dir`),
+    /// unless `--keep`.
+    db_root: PathBuf,
+    own_db_root: bool,
+    /// Where each child writes its rows.
+    raw: PathBuf,
+    device: Option<Device>,
+    machine: machine::Machine,
+    limiter: Option<Limiter>,
+    /// "cached", or how memory is limited.
+    mode: String,
+    /// What the wKB/o column counts.
+    wkb_source: String,
+    /// The command as given (without cargo's `--bench`).
+    command: String,
+    revision: Option<String>,
+}
+
+impl RunSetup {
+    /// The device whose sectors the wKB/o column counts; `None` for /proc/self/io.
+    fn wkb_device(&self, cfg: &Config) -> Option<&Device> {
+        match cfg.io_counter {
+            IoCounter::Device => self.device.as_ref(),
+            IoCounter::Proc => None,
+        }
+    }
+}
+
+/// Pick the seed, create the results directory (a fresh stamp under target/workload, pointed at
+/// by `latest`, unless `--out`), the database and raw directories, and the memory limiter.
+fn set_up(cfg: &Config, args: &[String], program: &str) -> std::result::Result<RunSetup, String> {
     let seed = cfg.seed.unwrap_or_else(fresh_seed);
     let stamp = machine::stamp_now();
     let out = match &cfg.out {
@@ -694,7 +771,7 @@ fn parent(
     let device = Device::of(&db_root);
     let machine = machine::describe(&db_root, device.as_ref());
 
-    let mut limiter = match cfg.mem_limit {
+    let limiter = match cfg.mem_limit {
         Some(l) => Some(Limiter::choose(cfg.mem_mechanism, l)?),
         None => None,
     };
@@ -702,11 +779,21 @@ fn parent(
         (Some(l), Some(bytes)) => format!("not cached: {}", l.describe(bytes)),
         _ => "cached (no memory limit)".to_string(),
     };
-    let wkb_device = match cfg.io_counter {
-        IoCounter::Device => device.as_ref(),
-        IoCounter::Proc => None,
+    let mut s = RunSetup {
+        seed,
+        out,
+        db_root,
+        own_db_root,
+        raw,
+        device,
+        machine,
+        limiter,
+        mode,
+        wkb_source: String::new(),
+        command: String::new(),
+        revision: None,
     };
-    let wkb_source = match wkb_device {
+    s.wkb_source = match s.wkb_device(cfg) {
         Some(d) => format!(
             "device {} sectors written (/sys/block/{}/stat; machine-wide: other writers to the device count too)",
             d.name, d.name
@@ -719,10 +806,15 @@ fn parent(
         .filter(|a| *a != "--bench")
         .collect();
     let command = format!("{program} -- {}", shown_args.join(" "));
-    let command = command.trim_end_matches(" -- ").trim_end().to_string();
+    s.command = command.trim_end_matches(" -- ").trim_end().to_string();
+    Ok(s)
+}
 
+/// The lines that say what this run is, before the first child runs. Reads the source
+/// revision (printed among them) into `s`.
+fn print_header(cfg: &Config, s: &mut RunSetup) {
     println!("larch workload harness, {}", machine::iso_now());
-    println!("command: {command}");
+    println!("command: {}", s.command);
     println!(
         "machine: {} cores, {:.1} GiB RAM, kernel {}, {} on {} ({})",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -730,141 +822,170 @@ fn parent(
         fs::read_to_string("/proc/sys/kernel/osrelease")
             .unwrap_or_default()
             .trim(),
-        db_root.display(),
-        machine::mount_of(&db_root).map_or("?".into(), |m| m.1),
-        device
+        s.db_root.display(),
+        machine::mount_of(&s.db_root).map_or("?".into(), |m| m.1),
+        s.device
             .as_ref()
             .map_or("no block device", |d| d.name.as_str()),
     );
     println!(
-        "run: {} docs, {} B keys, {} B values, {} s per timed step, {} threads for .n, load batches of {}, seed {seed}",
-        cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch
+        "run: {} docs, {} B keys, {} B values, {} s per timed step, {} threads for .n, load batches of {}, seed {}",
+        cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch, s.seed
     );
-    println!("mode: {mode}");
+    println!("mode: {}", s.mode);
     println!(
         "load average at start: {} (other work on the machine shares the cores and the device)",
         machine::loadavg().unwrap_or_default()
     );
-    let revision = machine::source_revision();
-    if let Some(r) = &revision {
+    s.revision = machine::source_revision();
+    if let Some(r) = &s.revision {
         println!("source: {r}");
     }
-    println!("wKB/o: {wkb_source}");
+    println!("wKB/o: {}", s.wkb_source);
     println!();
+}
 
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+/// Every job of the plan, each in its child process: the engines' rows, then the limits'; and
+/// each job's own description (label -> setting -> value), for results.json.
+fn run_plan(
+    cfg: &Config,
+    plan: &Plan<'_>,
+    s: &mut RunSetup,
+    exe: &Path,
+) -> std::result::Result<(Vec<Row>, Described), String> {
+    let ecfg = engine_config(cfg);
     let mut engine_rows: Vec<Row> = Vec::new();
     let mut limit_rows: Vec<Row> = Vec::new();
     let mut described = Pairs::default();
-    let started = Instant::now();
-    // fdatasync once more at the end: other work on the machine drifts.
-    let after_plan: Vec<(&dyn EngineFactory, String)> = limit_plan
-        .iter()
-        .filter(|(_, s)| s == limits::FDATASYNC)
-        .map(|_| {
-            (
-                &Limits as &dyn EngineFactory,
-                limits::FDATASYNC_AFTER.to_string(),
-            )
-        })
-        .collect();
-    // Limits first, on a machine no engine has dirtied yet; shown last.
-    for (is_limit, (f, setup)) in limit_plan
-        .iter()
-        .map(|p| (true, p))
-        .chain(plan.iter().map(|p| (false, p)))
-        .chain(after_plan.iter().map(|p| (true, p)))
-    {
+    for (is_limit, (f, setup)) in plan.jobs() {
         let label = report::label(f.name(), setup);
         described
             .0
             .push((label.clone(), Pairs(f.describe(setup, &ecfg))));
         eprintln!("== {label}");
-        let results = raw.join(format!("{}.rows", dir_name(f.name(), setup)));
-        let _ = fs::remove_file(&results);
-        let group = match (&mut limiter, cfg.mem_limit) {
-            (Some(l), Some(bytes)) => l.child_group(bytes)?,
-            _ => None,
-        };
-        let ballast = match (&limiter, cfg.mem_limit) {
-            (Some(l), Some(bytes)) => l.ballast(&exe, bytes)?,
-            _ => None,
-        };
-        let child_args = cfg.child_args(
-            f.name(),
-            setup,
-            seed,
-            &db_root,
-            &results,
-            group.as_ref().map(|g| g.path()),
-        );
-        let t = Instant::now();
-        let status = Command::new(&exe).args(&child_args).status();
-        drop(ballast);
-        drop(group);
-        if !cfg.keep {
-            // A child killed (by the memory limit, say) leaves its directory behind.
-            let _ = fs::remove_dir_all(db_root.join(dir_name(f.name(), setup)));
-        }
-        let status_text = match &status {
-            Ok(s) => s.to_string(),
-            Err(e) => format!("could not start: {e}"),
-        };
-        let mut got: Vec<Row> = fs::read_to_string(&results)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .filter_map(|l| match Row::from_line(l) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    eprintln!("warning: {e}");
-                    None
-                }
-            })
-            .collect();
-        for step in steps_for(cfg, *f, setup) {
-            if !got.iter().any(|r| r.step == step.name()) {
-                got.push(Row::failed(
-                    f.name(),
-                    setup,
-                    step.name(),
-                    format!("not run: the engine's process ended ({status_text})"),
-                ));
-            }
-        }
-        // Keep run order, with a failure row for the step that failed in place.
-        got.sort_by_key(|r| Step::from_name(&r.step).map_or(usize::MAX, |s| s.index()));
-        got.dedup_by(|b, a| a.step == b.step);
-        eprintln!(
-            "   {label}: {} in {:.1} s",
-            status_text,
-            t.elapsed().as_secs_f64()
-        );
+        let got = run_child(cfg, *f, setup, &label, s, exe)?;
         if is_limit {
             limit_rows.extend(got);
         } else {
             engine_rows.extend(got);
         }
     }
-    if own_db_root && !cfg.keep {
-        let _ = fs::remove_dir_all(&db_root);
+    if s.own_db_root && !cfg.keep {
+        let _ = fs::remove_dir_all(&s.db_root);
     }
     let mut rows = engine_rows;
     rows.extend(limit_rows);
+    Ok((rows, described))
+}
 
-    let order: Vec<&str> = steps::ALL.iter().map(|s| s.name()).collect();
-    println!("{}", table::ops_table(&rows, &order));
-    println!("{}", table::latency_table(&rows, &order));
-    for step in table::step_names(&rows, &order) {
-        println!("{}", table::amp_table(&rows, &step));
+/// One engine/setup in its own child process (in its memory-limit group, beside its ballast):
+/// its rows, with a failure row for every step it did not report.
+fn run_child(
+    cfg: &Config,
+    f: &dyn EngineFactory,
+    setup: &str,
+    label: &str,
+    s: &mut RunSetup,
+    exe: &Path,
+) -> std::result::Result<Vec<Row>, String> {
+    let results = s.raw.join(format!("{}.rows", dir_name(f.name(), setup)));
+    let _ = fs::remove_file(&results);
+    let group = match (&mut s.limiter, cfg.mem_limit) {
+        (Some(l), Some(bytes)) => l.child_group(bytes)?,
+        _ => None,
+    };
+    let ballast = match (&s.limiter, cfg.mem_limit) {
+        (Some(l), Some(bytes)) => l.ballast(exe, bytes)?,
+        _ => None,
+    };
+    let child_args = cfg.child_args(
+        f.name(),
+        setup,
+        s.seed,
+        &s.db_root,
+        &results,
+        group.as_ref().map(|g| g.path()),
+    );
+    let t = Instant::now();
+    let status = Command::new(exe).args(&child_args).status();
+    drop(ballast);
+    drop(group);
+    if !cfg.keep {
+        // A child killed (by the memory limit, say) leaves its directory behind.
+        let _ = fs::remove_dir_all(s.db_root.join(dir_name(f.name(), setup)));
+    }
+    let status_text = match &status {
+        Ok(s) => s.to_string(),
+        Err(e) => format!("could not start: {e}"),
+    };
+    let got = child_rows(cfg, f, setup, &results, &status_text);
+    eprintln!(
+        "   {label}: {} in {:.1} s",
+        status_text,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(got)
+}
+
+/// The rows a child wrote to `results`, in step order, plus a failure row for each step it
+/// should have run but did not report (it ended with `status_text`).
+fn child_rows(
+    cfg: &Config,
+    f: &dyn EngineFactory,
+    setup: &str,
+    results: &Path,
+    status_text: &str,
+) -> Vec<Row> {
+    let mut got: Vec<Row> = fs::read_to_string(results)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| match Row::from_line(l) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("warning: {e}");
+                None
+            }
+        })
+        .collect();
+    for step in steps_for(cfg, f, setup) {
+        if !got.iter().any(|r| r.step == step.name()) {
+            got.push(Row::failed(
+                f.name(),
+                setup,
+                step.name(),
+                format!("not run: the engine's process ended ({status_text})"),
+            ));
+        }
+    }
+    // Keep run order, with a failure row for the step that failed in place.
+    got.sort_by_key(|r| Step::from_name(&r.step).map_or(usize::MAX, |s| s.index()));
+    got.dedup_by(|b, a| a.step == b.step);
+    got
+}
+
+/// The ops, latency and per-step amplification tables, and their legend.
+fn print_tables(cfg: &Config, s: &RunSetup, rows: &[Row], order: &[&str]) {
+    println!("{}", table::ops_table(rows, order));
+    println!("{}", table::latency_table(rows, order));
+    for step in table::step_names(rows, order) {
+        println!("{}", table::amp_table(rows, &step));
     }
     println!(
         "r/o: read_bytes of /proc/self/io / 4 KiB per op; mf/o: major faults per op; wKB/o: KiB written per op ({}); cs/o: context switches per op; cpu/o: user+sys CPU us per op; rss: peak resident MB during the step; s-amp: allocated file bytes / (docs x (key+value)); db.mb: allocated/apparent MB.",
-        wkb_device.map_or("/proc/self/io write_bytes".to_string(), |d| format!("device {} sectors", d.name))
+        s.wkb_device(cfg).map_or("/proc/self/io write_bytes".to_string(), |d| format!("device {} sectors", d.name))
     );
+}
 
-    let config = RunConfig {
-        command: &command,
+/// The `config` object of results.json, `started` being when the first child started.
+fn run_config<'a>(
+    cfg: &'a Config,
+    s: &'a RunSetup,
+    described: Described,
+    started: Instant,
+) -> RunConfig<'a> {
+    RunConfig {
+        command: &s.command,
         quick: cfg.quick,
         docs: cfg.docs,
         secs: cfg.secs,
@@ -874,12 +995,12 @@ fn parent(
         load_batch: cfg.batch,
         steps: cfg.steps.iter().map(|s| s.name()).collect(),
         larch_setups: &cfg.larch_setups,
-        seed: seed.to_string(),
-        dir: db_root.display().to_string(),
-        out: out.display().to_string(),
+        seed: s.seed.to_string(),
+        dir: s.db_root.display().to_string(),
+        out: s.out.display().to_string(),
         mem_limit_bytes: cfg.mem_limit,
-        mode: &mode,
-        wkb_source: &wkb_source,
+        mode: &s.mode,
+        wkb_source: &s.wkb_source,
         method: Pairs(vec![
             ("process", "each engine/setup and each limit runs in its own child process (a re-execution of this binary); counters are that process's own".into()),
             ("keys", format!("key of document i (1..=docs) = big-endian splitmix64(i) then more hash bytes, {} bytes: distinct, not in insertion order", cfg.key_size)),
@@ -893,17 +1014,28 @@ fn parent(
             ("latency", "hdrhistogram of each operation's time (one clock read per operation)".into()),
             ("rss", "VmHWM after resetting it (clear_refs 5) at the step's start: includes mapped file pages".into()),
         ]),
-        source_revision: revision,
+        source_revision: s.revision.clone(),
         loadavg_at_end: machine::loadavg(),
         engines: described,
         elapsed_secs: started.elapsed().as_secs_f64(),
-    };
-    let json_path = out.join("results.json");
-    let csv_path = out.join("results.csv");
-    let svg_path = out.join("chart.svg");
-    fs::write(&json_path, report::results_json(&machine, &config, &rows))
+    }
+}
+
+/// results.json, results.csv and chart.svg in the results directory, then where they are.
+fn write_results(
+    cfg: &Config,
+    s: &RunSetup,
+    config: &RunConfig<'_>,
+    rows: &[Row],
+    order: &[&str],
+    started: Instant,
+) -> std::result::Result<(), String> {
+    let json_path = s.out.join("results.json");
+    let csv_path = s.out.join("results.csv");
+    let svg_path = s.out.join("chart.svg");
+    fs::write(&json_path, report::results_json(&s.machine, config, rows))
         .map_err(|e| format!("{}: {e}", json_path.display()))?;
-    fs::write(&csv_path, report::results_csv(&rows))
+    fs::write(&csv_path, report::results_csv(rows))
         .map_err(|e| format!("{}: {e}", csv_path.display()))?;
     let title = format!(
         "ops/s per step: {} docs, {} B values, {} s/step, {}",
@@ -916,11 +1048,11 @@ fn parent(
             "cached".into()
         }
     );
-    if let Err(e) = chart::write_chart(&svg_path, &title, &rows, &order) {
+    if let Err(e) = chart::write_chart(&svg_path, &title, rows, order) {
         eprintln!("warning: {e}");
     }
     println!();
-    println!("results: {}", out.display());
+    println!("results: {}", s.out.display());
     println!("  {}", json_path.display());
     println!("  {}", csv_path.display());
     println!("  {}", svg_path.display());
@@ -930,6 +1062,27 @@ fn parent(
         machine::loadavg().unwrap_or_default()
     );
     Ok(())
+}
+
+/// The parent: plan the runs, set up, run each in a child, report.
+fn parent(
+    cfg: &Config,
+    args: &[String],
+    program: &str,
+    factories: &[&dyn EngineFactory],
+) -> std::result::Result<(), String> {
+    let plan = plan_runs(cfg, factories)?;
+    let mut s = set_up(cfg, args, program)?;
+    print_header(cfg, &mut s);
+
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let started = Instant::now();
+    let (rows, described) = run_plan(cfg, &plan, &mut s, &exe)?;
+
+    let order: Vec<&str> = steps::ALL.iter().map(|s| s.name()).collect();
+    print_tables(cfg, &s, &rows, &order);
+    let config = run_config(cfg, &s, described, started);
+    write_results(cfg, &s, &config, &rows, &order, started)
 }
 
 #[cfg(test)]
