@@ -1,35 +1,10 @@
 //! What the power-cut simulations (tests/crash.rs, tests/crash_compaction.rs) share: a scratch
-//! directory, a repeatable RNG, and how a write lands in a disk image, whole or torn.
+//! directory and a repeatable RNG (both from larch-testkit), and how a write lands in a disk
+//! image, whole or torn.
 
 #![allow(dead_code)]
 
-use std::path::Path;
-
-/// A directory on tmpfs when there is one (the simulations write thousands of images).
-pub fn scratch_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        if let Ok(d) = tempfile::tempdir_in(shm) {
-            return d;
-        }
-    }
-    tempfile::tempdir().unwrap()
-}
-
-/// A tiny deterministic RNG (xorshift), so failures reproduce from the printed seed.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+pub use larch_testkit::{scratch_dir, Rng};
 
 /// Write `data` at `off` into the image, growing it as needed.
 pub fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
