@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use larch::{Db, Durability, Options, Policy, Storage};
 
-use crate::Rng;
+use crate::{apply, apply_some, Rng};
 
 type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 type Model = BTreeMap<String, Tree>;
@@ -586,14 +586,6 @@ fn min_durable(trace: &Trace, ops: &[IoOp], k: usize) -> u64 {
     min
 }
 
-fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
-    let end = off as usize + data.len();
-    if img.len() < end {
-        img.resize(end, 0);
-    }
-    img[off as usize..end].copy_from_slice(data);
-}
-
 /// The image after a power cut following op `k`: everything up to the last sync before it,
 /// then per `how`: nothing more (0), everything (1), or for each later 4 KiB block a choice of
 /// lost, written, torn at a sector or torn anywhere (seeded by `seed`).
@@ -616,23 +608,7 @@ fn build_image(trace: &Trace, ops: &[IoOp], k: usize, how: u8, seed: u64) -> Vec
             (_, 0) | (IoOp::Sync, _) => {}
             (IoOp::Write { off, data }, 1) => apply(&mut img, *off, data),
             (IoOp::SetLen(len), 1) => img.resize(*len as usize, 0),
-            (IoOp::Write { off, data }, _) => {
-                for (i, block) in data.chunks(4096).enumerate() {
-                    let at = off + (i * 4096) as u64;
-                    match rng.below(5) {
-                        0 | 1 => {}
-                        2 | 3 => apply(&mut img, at, block),
-                        _ => {
-                            let n = if rng.below(2) == 0 {
-                                512.min(block.len())
-                            } else {
-                                1 + rng.below(block.len() as u64) as usize
-                            };
-                            apply(&mut img, at, &block[..n]);
-                        }
-                    }
-                }
-            }
+            (IoOp::Write { off, data }, _) => apply_some(&mut img, *off, data, &mut rng),
             (IoOp::SetLen(len), _) => {
                 if rng.below(2) == 0 {
                     img.resize(*len as usize, 0);

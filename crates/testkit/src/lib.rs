@@ -1,6 +1,7 @@
 //! Test tooling shared by larch's integration tests (`tests/`), the cargo-fuzz targets
 //! (`fuzz/`) and anything else that exercises the engine from outside: the bodies of the fuzz
-//! targets, one seeded RNG, and a scratch directory. It is a separate, unpublished crate so
+//! targets, one seeded RNG, a scratch directory, and how a write lands in a power-cut disk
+//! image, whole or torn. It is a separate, unpublished crate so
 //! none of it is compiled into a user's build of `larch`.
 
 use std::path::Path;
@@ -46,4 +47,33 @@ pub fn scratch_dir() -> tempfile::TempDir {
         }
     }
     tempfile::tempdir().unwrap()
+}
+
+/// Write `data` at `off` into the image, growing it as needed.
+pub fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
+    let end = off as usize + data.len();
+    if img.len() < end {
+        img.resize(end, 0);
+    }
+    img[off as usize..end].copy_from_slice(data);
+}
+
+/// A write that was in flight at the cut: each 4 KiB block lost, written, or torn (a prefix,
+/// or just its first 512-byte sector).
+pub fn apply_some(img: &mut Vec<u8>, off: u64, data: &[u8], rng: &mut Rng) {
+    for (i, block) in data.chunks(4096).enumerate() {
+        let at = off + (i * 4096) as u64;
+        match rng.below(5) {
+            0 | 1 => {}
+            2 | 3 => apply(img, at, block),
+            _ => {
+                let n = if rng.below(2) == 0 {
+                    512.min(block.len())
+                } else {
+                    1 + rng.below(block.len() as u64) as usize
+                };
+                apply(img, at, &block[..n]);
+            }
+        }
+    }
 }
