@@ -54,5 +54,3 @@
 #![forbid(unsafe_code)]
 
 pub use larch_engine::*;
-#[doc(hidden)]
-pub mod fuzz;

@@ -6,26 +6,7 @@ use std::ops::Bound;
 use std::path::Path;
 
 use larch::{Db, Durability, Error, Options, Policy, WriteMode};
-
-/// A small deterministic generator (xorshift), so failures replay.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            v.swap(i, self.below(i as u64 + 1) as usize);
-        }
-    }
-}
+use larch_testkit::Rng;
 
 /// Deterministic bytes that differ per seed and per position (not a repeated byte, so a
 /// misplaced page of a large value shows).

@@ -1,6 +1,7 @@
-//! Runs the bodies of the fuzz targets (`larch::fuzz`) over every file of the checked-in seed
-//! corpora in fuzz/corpus/, so CI exercises them on stable Rust: inputs the fuzzers found to
-//! crash the engine are checked in there and stay regression cases.
+//! Runs the bodies of the fuzz targets (`larch_testkit::fuzz`, crates/testkit/src/fuzz.rs) over
+//! every file of the checked-in seed corpora in fuzz/corpus/, so CI exercises them on stable
+//! Rust: inputs the fuzzers found to crash the engine are checked in there and stay regression
+//! cases.
 //!
 //! The crafted-meta target also runs over a few thousand inputs from a seeded generator.
 //!
@@ -13,9 +14,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 
-use larch::fuzz::MetaOutcome;
 use larch::raw::{run_checksum, Meta};
 use larch::{Db, Durability, Options};
+use larch_testkit::fuzz::MetaOutcome;
 
 /// Larger than anything these inputs need (the databases are a few hundred KiB): a file that
 /// makes the engine ask for more is a finding (a length read from the file and trusted).
@@ -84,12 +85,12 @@ fn run_corpus(target: &str, min: usize, f: fn(&[u8])) {
 
 #[test]
 fn every_open_file_seed_opens_checks_and_scans_without_panicking() {
-    run_corpus("open_file", 8, larch::fuzz::open_arbitrary_file);
+    run_corpus("open_file", 8, larch_testkit::fuzz::open_arbitrary_file);
 }
 
 #[test]
 fn every_ops_seed_recovers_a_whole_committed_state_at_every_power_cut() {
-    run_corpus("ops", 4, larch::fuzz::ops_with_power_cuts);
+    run_corpus("ops", 4, larch_testkit::fuzz::ops_with_power_cuts);
 }
 
 // ---- generating the seeds -------------------------------------------------------------------
@@ -239,7 +240,7 @@ fn open_file_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// Operation strings for `ops_with_power_cuts` (see its encoding in src/fuzz.rs).
+/// Operation strings for `ops_with_power_cuts` (see its encoding in crates/testkit/src/fuzz.rs).
 fn ops_seeds() -> Vec<(&'static str, Vec<u8>)> {
     const SYNC: u8 = 10;
     const NOMETASYNC: u8 = 11;
@@ -310,8 +311,8 @@ fn ops_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// Inputs for `open_crafted_meta` (see the encoding in src/fuzz.rs, `craft`): one edit per
-/// `META_OP_BYTES` bytes, an edit code and then its arguments.
+/// Inputs for `open_crafted_meta` (see the encoding in crates/testkit/src/fuzz.rs, `craft`): one
+/// edit per `META_OP_BYTES` bytes, an edit code and then its arguments.
 fn meta_seeds() -> Vec<(&'static str, Vec<u8>)> {
     // Edit codes.
     const HWM_SPARSE: u8 = 1;
@@ -344,7 +345,7 @@ fn meta_seeds() -> Vec<(&'static str, Vec<u8>)> {
     const LEN_2_31_MINUS_1: u8 = 2;
     const LEN_BYTE: u8 = 3;
     let op = |code: u8, args: &[u8]| {
-        let mut v = vec![0u8; larch::fuzz::META_OP_BYTES];
+        let mut v = vec![0u8; larch_testkit::fuzz::META_OP_BYTES];
         v[0] = code;
         v[1..1 + args.len()].copy_from_slice(args);
         v
@@ -461,7 +462,7 @@ fn every_meta_seed_opens_checks_reads_and_commits_without_losing_live_data() {
     );
     for path in files {
         let data = std::fs::read(&path).unwrap();
-        let outcome = larch::fuzz::open_crafted_meta_outcome(&data);
+        let outcome = larch_testkit::fuzz::open_crafted_meta_outcome(&data);
         eprintln!(
             "meta: {} ({} bytes): {outcome:?}",
             path.display(),
@@ -508,10 +509,11 @@ fn crafted_metas_from_a_seeded_rng_never_panic_or_lose_live_data() {
     let start = std::time::Instant::now();
     let mut tally = std::collections::BTreeMap::new();
     for seed in first..first + n {
-        let input = larch::fuzz::crafted_meta_input(seed);
+        let input = larch_testkit::fuzz::crafted_meta_input(seed);
         let t = std::time::Instant::now();
-        let outcome = std::panic::catch_unwind(|| larch::fuzz::open_crafted_meta_outcome(&input))
-            .unwrap_or_else(|_| panic!("seed {seed}: input {input:02x?}"));
+        let outcome =
+            std::panic::catch_unwind(|| larch_testkit::fuzz::open_crafted_meta_outcome(&input))
+                .unwrap_or_else(|_| panic!("seed {seed}: input {input:02x?}"));
         *tally.entry(outcome).or_insert(0u64) += 1;
         let took = t.elapsed();
         assert!(

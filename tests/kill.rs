@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use larch::{Db, Durability, Options, Policy, WriteMode};
+use larch_testkit::Rng;
 
 type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -124,20 +125,6 @@ fn child_commit_loop() {
         if writeln!(out, "ack {n}").and_then(|_| out.flush()).is_err() {
             return; // the parent is gone
         }
-    }
-}
-
-/// A small xorshift generator, seeded from the clock; the seed is printed for reproduction.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
 use larch::{Db, Durability, Options, Policy, ReadTx, WriteMode};
+use larch_testkit::Rng;
 
 const ACCOUNTS: u64 = 8;
 const START_BALANCE: u64 = 1_000;
@@ -21,21 +22,6 @@ fn acct(i: u64) -> [u8; 6] {
 
 fn balance(v: &[u8]) -> u64 {
     u64::from_le_bytes(v.try_into().expect("balances are 8 bytes"))
-}
-
-/// A small deterministic generator (xorshift), so failures replay.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Balances as a reader sees them in one snapshot, by a full scan and by point gets.

@@ -5,7 +5,8 @@
 //! (a file that checks clean but reads inconsistently; a power cut that loses an acknowledged
 //! commit or mixes two). Errors returned by the engine are fine.
 //!
-//! Not part of the public API.
+//! They live in `larch-testkit`, not in the published `larch` crate: the fuzz targets and the
+//! tests call `larch_testkit::fuzz::...`.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -16,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::{Db, Durability, Options, Policy, Storage};
+use larch::{Db, Durability, Options, Policy, Storage};
+
+use crate::{apply, apply_some, Rng};
 
 type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 type Model = BTreeMap<String, Tree>;
@@ -116,7 +119,7 @@ fn open_and_read(path: &Path, data: &[u8], probes: &[Vec<u8>]) {
 /// `data` with the crc32 of both metas and of every branch, leaf and overflow run recomputed
 /// (page size from meta 0, else 4096); None if nothing changed.
 fn with_checksums_fixed(data: &[u8]) -> Option<Vec<u8>> {
-    use crate::raw::{run_checksum, MAGIC, META_SIZE, OVERFLOW_HEADER};
+    use larch::raw::{run_checksum, MAGIC, META_SIZE, OVERFLOW_HEADER};
     let mut img = data.to_vec();
     let ps = data
         .get(12..16)
@@ -407,18 +410,6 @@ impl Input<'_> {
     }
 }
 
-/// A xorshift generator for the per-block choices of a power-cut image.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 const TREES: [&str; 3] = ["a", "b", "ab"];
 /// Operations per input, so one input stays fast.
 const MAX_STEPS: usize = 400;
@@ -595,14 +586,6 @@ fn min_durable(trace: &Trace, ops: &[IoOp], k: usize) -> u64 {
     min
 }
 
-fn apply(img: &mut Vec<u8>, off: u64, data: &[u8]) {
-    let end = off as usize + data.len();
-    if img.len() < end {
-        img.resize(end, 0);
-    }
-    img[off as usize..end].copy_from_slice(data);
-}
-
 /// The image after a power cut following op `k`: everything up to the last sync before it,
 /// then per `how`: nothing more (0), everything (1), or for each later 4 KiB block a choice of
 /// lost, written, torn at a sector or torn anywhere (seeded by `seed`).
@@ -625,23 +608,7 @@ fn build_image(trace: &Trace, ops: &[IoOp], k: usize, how: u8, seed: u64) -> Vec
             (_, 0) | (IoOp::Sync, _) => {}
             (IoOp::Write { off, data }, 1) => apply(&mut img, *off, data),
             (IoOp::SetLen(len), 1) => img.resize(*len as usize, 0),
-            (IoOp::Write { off, data }, _) => {
-                for (i, block) in data.chunks(4096).enumerate() {
-                    let at = off + (i * 4096) as u64;
-                    match rng.below(5) {
-                        0 | 1 => {}
-                        2 | 3 => apply(&mut img, at, block),
-                        _ => {
-                            let n = if rng.below(2) == 0 {
-                                512.min(block.len())
-                            } else {
-                                1 + rng.below(block.len() as u64) as usize
-                            };
-                            apply(&mut img, at, &block[..n]);
-                        }
-                    }
-                }
-            }
+            (IoOp::Write { off, data }, _) => apply_some(&mut img, *off, data, &mut rng),
             (IoOp::SetLen(len), _) => {
                 if rng.below(2) == 0 {
                     img.resize(*len as usize, 0);
@@ -737,7 +704,7 @@ fn base(page_size: usize) -> &'static Base {
 }
 
 fn build_base(page_size: usize) -> Base {
-    use crate::raw::{PageHeader, PageRole, PageType};
+    use larch::raw::{PageHeader, PageRole, PageType};
     let dir = Scratch::new("meta-base");
     let path = dir.path("base.larch");
     let db = Db::open(
@@ -779,7 +746,7 @@ fn build_base(page_size: usize) -> Base {
     db.check().expect("the base database checks clean");
     drop(db);
     let img = std::fs::read(&path).expect("read the base database");
-    let metas = [0, page_size].map(|at| crate::raw::Meta::decode(&img[at..at + 128]).ok());
+    let metas = [0, page_size].map(|at| larch::raw::Meta::decode(&img[at..at + 128]).ok());
     let newest = metas
         .iter()
         .flatten()
@@ -813,8 +780,8 @@ fn build_base(page_size: usize) -> Base {
 
 /// One meta slot being crafted.
 struct Slot {
-    meta: crate::raw::Meta,
-    manifest: Vec<crate::raw::ManifestRun>,
+    meta: larch::raw::Meta,
+    manifest: Vec<larch::raw::ManifestRun>,
     /// Write this run count into the meta instead of the manifest's (a count the manifest's
     /// crc does not cover).
     raw_runs: Option<u32>,
@@ -866,7 +833,7 @@ fn page_of(img: &[u8], ps: usize, id: u64) -> Option<&[u8]> {
 /// The leaf page and byte offset of free-map chunk `idx` in the free-map tree at `root` of
 /// `img`, if that tree can be read that far.
 fn find_chunk(img: &[u8], ps: usize, root: u64, depth: u32, idx: u64) -> Option<(u64, usize)> {
-    use crate::raw::{NodePage, PageRole, ValRef};
+    use larch::raw::{NodePage, PageRole, ValRef};
     let key = idx.to_be_bytes();
     let mut id = root;
     for _ in 0..depth.min(8) {
@@ -878,7 +845,7 @@ fn find_chunk(img: &[u8], ps: usize, root: u64, depth: u32, idx: u64) -> Option<
                 return None;
             };
             let at = v.as_ptr() as usize - bytes.as_ptr() as usize;
-            return (v.len() == crate::raw::CHUNK_BYTES).then_some((id, at));
+            return (v.len() == larch::raw::CHUNK_BYTES).then_some((id, at));
         }
         id = node.child(node.child_index(&key).ok()?).ok()?;
     }
@@ -887,7 +854,7 @@ fn find_chunk(img: &[u8], ps: usize, root: u64, depth: u32, idx: u64) -> Option<
 
 /// Pages the free-map tree at `root` of `img` marks, if it can be read whole.
 fn count_marked(img: &[u8], ps: usize, root: u64, depth: u32) -> Option<u64> {
-    use crate::raw::{NodePage, PageRole, ValRef};
+    use larch::raw::{NodePage, PageRole, ValRef};
     if root == 0 {
         return Some(0);
     }
@@ -916,7 +883,7 @@ fn count_marked(img: &[u8], ps: usize, root: u64, depth: u32) -> Option<u64> {
 
 /// Counters that agree with the free map `m` points at (live: the rest of the pages), so open
 /// gets past the count check to what the free map says.
-fn consistent_counters(m: &mut crate::raw::Meta, img: &[u8], ps: usize) {
+fn consistent_counters(m: &mut larch::raw::Meta, img: &[u8], ps: usize) {
     if let Some(n) = count_marked(img, ps, m.freemap.root, m.freemap.depth) {
         m.unreachable_pages = n;
         m.live_pages = m.high_water.saturating_sub(n);
@@ -925,7 +892,7 @@ fn consistent_counters(m: &mut crate::raw::Meta, img: &[u8], ps: usize) {
 
 fn fix_page_crc(img: &mut [u8], ps: usize, id: u64) {
     let at = id as usize * ps;
-    let crc = crate::raw::run_checksum(&img[at..at + ps]);
+    let crc = larch::raw::run_checksum(&img[at..at + ps]);
     img[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -942,7 +909,7 @@ pub const META_OP_BYTES: usize = 20;
 /// Interpret `data` as edits to the base database's metas and free map (see
 /// [`open_crafted_meta`]).
 fn craft(data: &[u8]) -> Crafted {
-    use crate::raw::{ManifestRun, Meta, CHUNK_BYTES, CHUNK_PAGES};
+    use larch::raw::{ManifestRun, Meta, CHUNK_BYTES, CHUNK_PAGES};
     let mut input = Input(data);
     let setup = input.byte();
     let ps = if setup & 1 == 0 { 4096 } else { 8192 };
@@ -1116,7 +1083,7 @@ fn craft(data: &[u8]) -> Crafted {
             let mut m = s.meta;
             m.manifest_runs = n;
             m.manifest_crc = Meta::decode(&page).map_or(0, |d| d.manifest_crc);
-            page[..crate::raw::META_SIZE].copy_from_slice(&m.encode());
+            page[..larch::raw::META_SIZE].copy_from_slice(&m.encode());
         }
         img[at..at + ps].copy_from_slice(&page);
     }
@@ -1325,7 +1292,7 @@ pub fn open_crafted_meta_outcome(data: &[u8]) -> MetaOutcome {
     }
     let db = match Db::open(&path, opts) {
         Ok(db) => db,
-        Err(crate::Error::Corrupt { reason, .. }) if refused != MetaOutcome::NotOpened => {
+        Err(larch::Error::Corrupt { reason, .. }) if refused != MetaOutcome::NotOpened => {
             return if reason.contains("free map marks page") {
                 MetaOutcome::LiveMarkedFree
             } else if reason.contains("reachable twice") {
@@ -1385,7 +1352,7 @@ mod tests {
 
     #[test]
     fn the_checksum_fixup_leaves_a_valid_meta_alone() {
-        let meta = crate::raw::Meta::empty(4096).encode();
+        let meta = larch::raw::Meta::empty(4096).encode();
         let stored = u32::from_le_bytes(meta[124..128].try_into().unwrap());
         assert_eq!(crc32(&meta[..124]), stored);
         let mut file = vec![0u8; 8192];
