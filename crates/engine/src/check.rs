@@ -13,7 +13,7 @@ use larch_pager::{Meta, PageHeader, PageRole, PageType, TreeRoot};
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::freemap::{chunk_index, CHUNK_BYTES};
-use crate::node::{NodePage, ValRef};
+use crate::node_page::{NodePage, ValRef};
 use crate::view::{verify_checksum, View, MAX_DEPTH};
 use crate::walk::{strip, PageSet, Visitor, Walk};
 use crate::PageId;

@@ -9,7 +9,8 @@ use larch_pager::{Meta, PageHeader, PageRole, PageType, Pager, PagerOptions, Tre
 
 use crate::error::{Error, Result};
 use crate::fs::CompactionFs;
-use crate::node::{Child, Limits, Node, Val, ValRef, OVERFLOW_HEADER};
+use crate::node::{Child, Node, Val};
+use crate::node_page::{Limits, ValRef, OVERFLOW_HEADER};
 use crate::read::ReadTx;
 use crate::view::View;
 use crate::{PageId, TxId};
@@ -118,7 +119,7 @@ fn load_tree<'v>(
         if !inline {
             overflow_pages += limits.overflow_pages(vlen as u64);
         }
-        let size = crate::node::SLOT + crate::node::LEAF_CELL + klen + stored;
+        let size = Node::leaf_entry_len(klen, stored);
         if used + size > limits.capacity {
             leaves += 1;
             used = 0;

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use larch_pager::{PageRole, TreeRoot};
 
 use crate::error::{Error, Result};
-use crate::node::{NodePage, ValRef};
+use crate::node_page::{NodePage, ValRef};
 use crate::view::{View, MAX_DEPTH};
 
 /// A position in a tree: the path of (page, index) from the root to a leaf entry.

@@ -22,6 +22,7 @@ mod freemap;
 mod fs;
 mod mutate;
 mod node;
+mod node_page;
 mod options;
 mod read;
 mod readers;
@@ -53,7 +54,7 @@ pub type TxId = u64;
 /// Lower-level pieces for tools (the CLI's `pages`/`page`, tests, fuzzers).
 pub mod raw {
     pub use crate::freemap::{unreachable_runs, CHUNK_BYTES, CHUNK_PAGES};
-    pub use crate::node::{Limits, NodePage, ValRef, OVERFLOW_HEADER};
+    pub use crate::node_page::{Limits, NodePage, ValRef, OVERFLOW_HEADER};
     pub use crate::view::View;
     pub use larch_pager::{
         node_run_checksum, run_checksum, stored_checksum, ManifestRun, Meta, PageHeader, PageRole,

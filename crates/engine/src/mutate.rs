@@ -9,7 +9,8 @@ use std::sync::Arc;
 use larch_pager::{PageHeader, PageRole, PageType};
 
 use crate::error::{Error, Result};
-use crate::node::{Child, Node, NodeIdx, Run, Val, ValRef, OVERFLOW_HEADER};
+use crate::node::{Child, Node, NodeIdx, Run, Val};
+use crate::node_page::{ValRef, OVERFLOW_HEADER};
 use crate::view::{View, MAX_DEPTH};
 use crate::write::{TreeIdx, WriteTx};
 

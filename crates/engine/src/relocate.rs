@@ -65,7 +65,7 @@ impl WriteTx<'_> {
         if page.leaf {
             let mut far_values = false;
             for i in 0..page.count {
-                if let crate::node::ValRef::Overflow { page: o, len } = page.entry(i)?.1 {
+                if let crate::node_page::ValRef::Overflow { page: o, len } = page.entry(i)?.1 {
                     far_values |= o + self.limits.overflow_pages(len) > limit;
                 }
             }

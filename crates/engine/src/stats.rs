@@ -4,7 +4,7 @@ use larch_pager::{PageRole, TreeRoot};
 
 use crate::db::Db;
 use crate::error::Result;
-use crate::node::ValRef;
+use crate::node_page::ValRef;
 use crate::view::View;
 use crate::TxId;
 
@@ -86,7 +86,7 @@ pub(crate) fn tree_stats(
     root: &TreeRoot,
     role: PageRole,
 ) -> Result<TreeStats> {
-    let limits = crate::node::Limits::new(view.page_size);
+    let limits = crate::node_page::Limits::new(view.page_size);
     let mut s = TreeStats {
         name,
         depth: root.depth,

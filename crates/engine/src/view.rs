@@ -4,7 +4,7 @@
 use larch_pager::{Map, Meta, PageHeader, PageRole, PageType, TreeRoot};
 
 use crate::error::{Error, Result};
-use crate::node::{NodePage, ValRef, OVERFLOW_HEADER};
+use crate::node_page::{NodePage, ValRef, OVERFLOW_HEADER};
 use crate::PageId;
 
 /// Deepest tree accepted; deeper means a corrupt root record.

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use larch_pager::{Meta, PageRole, TreeRoot};
 
 use crate::error::{Error, Result};
-use crate::node::{NodePage, ValRef, OVERFLOW_HEADER};
+use crate::node_page::{NodePage, ValRef, OVERFLOW_HEADER};
 use crate::view::{verify_checksum, View, MAX_DEPTH};
 use crate::PageId;
 
