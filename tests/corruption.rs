@@ -393,7 +393,13 @@ fn assert_clear(e: &Error, ctx: &str) {
     assert!(
         matches!(
             e,
-            Error::Pager(_) | Error::Corrupt { .. } | Error::CheckFailed(_)
+            Error::NotADatabase { .. }
+                | Error::UnsupportedVersion { .. }
+                | Error::Io { .. }
+                | Error::Poisoned { .. }
+                | Error::ReadOnly { .. }
+                | Error::Corrupt { .. }
+                | Error::CheckFailed(_)
         ),
         "{ctx}: unexpected kind of error: {e:?}"
     );

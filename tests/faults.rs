@@ -200,6 +200,15 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
         return false;
     }
     let err = result.expect_err("a commit whose I/O failed must report it");
+    // The system's error, matchable without reading the message, and disk full recognised.
+    match &err {
+        larch::Error::Io { source, .. } => {
+            assert_eq!(source.raw_os_error(), Some(fault.errno), "{fault:?}: {err}")
+        }
+        other => panic!("{fault:?}: expected Error::Io, got {other:?}"),
+    }
+    assert_eq!(err.is_disk_full(), fault.errno == libc::ENOSPC, "{err}");
+    assert!(std::error::Error::source(&err).is_some(), "{err}: no source");
     let msg = err.to_string();
     assert!(
         msg.contains(path.to_str().unwrap()),
@@ -214,8 +223,8 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
         let again =
             apply(&db, &batch(4), Durability::Sync).expect_err("poisoned handle accepted a commit");
         assert!(
-            again.to_string().contains("reopen"),
-            "poison error says to reopen: {again}"
+            matches!(again, larch::Error::Poisoned { .. }) && again.to_string().contains("reopen"),
+            "poison error says to reopen: {again:?}"
         );
         assert!(db.sync().is_err());
         assert!(db.begin_read().is_err(), "poisoned handle still reads");
@@ -500,6 +509,7 @@ fn fsize_child(path: &Path) {
             }
             Err(e) => {
                 assert!(e.is_disk_full(), "expected a disk-full error, got: {e}");
+                assert!(matches!(e, larch::Error::Io { .. }), "{e:?}");
                 println!("full: {e}");
                 break;
             }

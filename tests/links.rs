@@ -89,8 +89,8 @@ fn assert_locked(path: &Path) {
             path.display()
         ),
         Err(e) => assert!(
-            e.to_string().contains("already open"),
-            "{}: expected the lock error, got: {e}",
+            matches!(e, larch::Error::AlreadyOpen { .. }),
+            "{}: expected Error::AlreadyOpen, got: {e:?}",
             path.display()
         ),
     }

@@ -54,8 +54,14 @@ impl CliError {
 /// An engine error as the user should see it: the engine's file-level errors already start
 /// with the path, the tree-level ones (corrupt page, key too large, ...) do not, so add it.
 pub fn engine(path: &Path, e: larch_engine::Error) -> CliError {
+    use larch_engine::Error;
     match e {
-        larch_engine::Error::Pager(_) => CliError::failed(e.to_string()),
+        Error::Io { .. }
+        | Error::AlreadyOpen { .. }
+        | Error::NotADatabase { .. }
+        | Error::UnsupportedVersion { .. }
+        | Error::Poisoned { .. }
+        | Error::ReadOnly { .. } => CliError::failed(e.to_string()),
         other => CliError::failed(format!("{}: {other}", path.display())),
     }
 }

@@ -1236,3 +1236,23 @@ fn a_bit_flip_in_the_last_commit_fails_check_and_fall_back_names_what_it_discard
         r.stdout
     );
 }
+
+#[test]
+fn a_database_another_process_has_open_is_reported_as_already_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("held.larch");
+    ok(&["put", s(&f), "k", "v"]);
+    // This test process holds it read-write: the CLI, another process, finds it locked.
+    let held = larch_engine::Db::open(&f, larch_engine::Options::default()).unwrap();
+    for args in [
+        vec!["put", s(&f), "k", "w"],
+        vec!["get", s(&f), "k"],
+        vec!["info", s(&f)],
+    ] {
+        let r = run(&args);
+        assert_eq!(r.code, 1, "{args:?}");
+        assert!(r.stderr.contains("already open"), "{args:?}: {}", r.stderr);
+    }
+    drop(held);
+    assert_eq!(ok(&["get", s(&f), "k"]).stdout, "v\n");
+}

@@ -269,11 +269,7 @@ fn run(h: &Arc<Shared>) -> Result<CompactReport> {
 }
 
 fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> Error {
-    Error::Pager(larch_pager::PagerError::Io {
-        op,
-        path: path.to_path_buf(),
-        source: e,
-    })
+    Error::io(op, path, e)
 }
 
 fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {

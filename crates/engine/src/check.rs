@@ -6,12 +6,10 @@
 //! is exactly one of reachable or marked unreachable in the free map, matching the meta's
 //! counters and the in-memory free-space state.
 
-use std::fmt;
-
 use larch_pager::{Meta, PageHeader, PageRole, PageType, TreeRoot};
 
 use crate::db::Db;
-use crate::error::{Error, Result};
+use crate::error::{Error, Problem, Result};
 use crate::freemap::{chunk_index, CHUNK_BYTES};
 use crate::node_page::{NodePage, ValRef};
 use crate::view::{verify_checksum, View, MAX_DEPTH};
@@ -20,24 +18,6 @@ use crate::PageId;
 
 /// Stop collecting after this many problems: a wrecked file need not list every page.
 const MAX_PROBLEMS: usize = 1000;
-
-/// One thing wrong with the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    /// The page concerned, if one.
-    pub page: Option<PageId>,
-    /// What is wrong.
-    pub what: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.page {
-            Some(p) => write!(f, "page {p}: {}", self.what),
-            None => f.write_str(&self.what),
-        }
-    }
-}
 
 /// Everything `check` found.
 #[derive(Clone, Debug, Default)]

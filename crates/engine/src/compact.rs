@@ -332,20 +332,9 @@ pub(crate) fn copy_snapshot(
     // Appear at `dest` only complete: link (never replacing a file), then sync the directory.
     let linked = fs.hard_link(&tmp, dest);
     let _ = fs.remove(&tmp);
-    linked.map_err(|e| {
-        Error::Pager(larch_pager::PagerError::Io {
-            op: "link compacted file into place",
-            path: dest.to_path_buf(),
-            source: e,
-        })
-    })?;
-    fs.sync_dir(&dir).map_err(|e| {
-        Error::Pager(larch_pager::PagerError::Io {
-            op: "fsync directory",
-            path: dir.clone(),
-            source: e,
-        })
-    })?;
+    linked.map_err(|e| Error::io("link compacted file into place", dest, e))?;
+    fs.sync_dir(&dir)
+        .map_err(|e| Error::io("fsync directory", &dir, e))?;
     Ok(CompactReport {
         before_bytes: src_bytes,
         after_bytes: after,

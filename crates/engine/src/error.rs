@@ -1,7 +1,14 @@
 //! `larch_engine::Error`: one enum for everything the engine reports, with the page, txid or path
-//! that failed.
+//! that failed. The pager's errors are converted into it variant by variant, so a program
+//! matches what happened (already open, not a database, I/O and its kind, ...) and never needs
+//! the pager crate or the message text.
+//!
+//! [`Problem`] lives here rather than in `check` because [`Error::CheckFailed`] carries it and
+//! this module sits below everything that can fail.
 
 use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use larch_pager::PagerError;
 
@@ -10,11 +17,57 @@ use crate::PageId;
 /// Result of a larch operation.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Everything that can go wrong.
+/// Everything that can go wrong. Match on the variants; new ones may be added.
+///
+/// ```
+/// use larch_engine::{Db, Error, Options};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("example.larch");
+/// let db = Db::open(&path, Options::default())?;
+/// match Db::open(&path, Options::default()) {
+///     Err(Error::AlreadyOpen { path }) => eprintln!("{} is in use", path.display()),
+///     other => panic!("expected AlreadyOpen, got {other:?}"),
+/// }
+/// # drop(db);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
-    /// The file, its map, its lock or its meta pages (carries the path).
-    Pager(PagerError),
+    /// A system call on the database file failed. [`Error::io_kind`] (or `source.kind()`) says
+    /// how; [`Error::is_disk_full`] recognises a full disk.
+    Io {
+        /// What was being done, e.g. "fdatasync".
+        op: &'static str,
+        /// The file (or, for a directory sync, the directory).
+        path: PathBuf,
+        /// The error the system returned.
+        source: io::Error,
+    },
+    /// Another handle holds the file's lock: one in this process (every open of a file is a
+    /// separate handle; clone a [`crate::Db`] to share it) or in another process. Read-only
+    /// handles share the file with each other, not with a writer.
+    AlreadyOpen {
+        /// The file (symlinks resolved).
+        path: PathBuf,
+    },
+    /// The file is not a larch database, or no meta page in it is valid. Also an empty file
+    /// that the open may not initialise (read-only, or `Options::create(false)`).
+    NotADatabase {
+        /// The file.
+        path: PathBuf,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The file is a larch database in a format version this build does not read.
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version the file carries.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
     /// A page could not be read as what the tree expects.
     Corrupt {
         /// The page.
@@ -22,8 +75,19 @@ pub enum Error {
         /// Why, in words.
         reason: String,
     },
+    /// An earlier sync or meta write failed on this handle, so what the file holds since the
+    /// last good sync is unknown: every write fails until the database is reopened.
+    Poisoned {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A write on a handle opened with `Options::read_only(true)`.
+    ReadOnly {
+        /// The file.
+        path: PathBuf,
+    },
     /// `check()` found damage; the first problem is shown, all are listed.
-    CheckFailed(Vec<crate::check::Problem>),
+    CheckFailed(Vec<Problem>),
     /// `ReadTx::open_tree` of a tree that does not exist.
     TreeNotFound(String),
     /// A tree name that is empty or too long.
@@ -42,18 +106,54 @@ pub enum Error {
         /// Its length.
         len: usize,
     },
-    /// An option with a value that cannot work.
+    /// An option with a value that cannot work (a page size that is not a power of two in
+    /// 4096..=65536, a compaction threshold outside 0..1, a compaction target that exists).
     InvalidOption(String),
     /// A background compaction did not finish (the old file stays in use).
     Compaction(String),
 }
 
+/// One thing wrong with the file, as `check` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The page concerned, if one.
+    pub page: Option<PageId>,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.page {
+            Some(p) => write!(f, "page {p}: {}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
 impl From<PagerError> for Error {
     fn from(e: PagerError) -> Self {
         match e {
-            // One variant for damage, wherever it was found.
+            PagerError::Io { op, path, source } => Error::Io { op, path, source },
+            PagerError::Locked { path } => Error::AlreadyOpen { path },
+            PagerError::NotADatabase { path, reason } => Error::NotADatabase { path, reason },
+            PagerError::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => Error::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            },
+            // One variant for damage, wherever it was found (the page says where).
             PagerError::Corrupt { page, reason, .. } => Error::Corrupt { page, reason },
-            e => Error::Pager(e),
+            PagerError::Poisoned { path } => Error::Poisoned { path },
+            PagerError::ReadOnly { path } => Error::ReadOnly { path },
+            // `Options::validate` refuses it first; the pager checks again for its own callers.
+            PagerError::InvalidPageSize(size) => Error::InvalidOption(format!(
+                "page size {size} is not a power of two between 4096 and 65536"
+            )),
         }
     }
 }
@@ -66,17 +166,61 @@ impl Error {
         }
     }
 
-    /// True if this is the disk being full.
+    pub(crate) fn io(op: &'static str, path: &Path, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// The kind of the system error, for an [`Error::Io`].
+    pub fn io_kind(&self) -> Option<io::ErrorKind> {
+        match self {
+            Error::Io { source, .. } => Some(source.kind()),
+            _ => None,
+        }
+    }
+
+    /// True if this is the disk being full (ENOSPC, EFBIG or EDQUOT): the commit failed and
+    /// the database is still at the previous one.
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, Error::Pager(p) if p.is_disk_full())
+        matches!(self, Error::Io { source, .. } if larch_pager::is_disk_full(source))
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Pager(e) => e.fmt(f),
+            Error::Io { op, path, source } => {
+                write!(f, "{}: {op} failed: {source}", path.display())
+            }
+            Error::AlreadyOpen { path } => write!(
+                f,
+                "{}: the database is already open (locked by this or another process); close the other handle first",
+                path.display()
+            ),
+            Error::NotADatabase { path, reason } => {
+                write!(f, "{}: not a larch database: {reason}", path.display())
+            }
+            Error::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{}: not a larch database this build can read: format version {found}, this build reads {supported}",
+                path.display()
+            ),
             Error::Corrupt { page, reason } => write!(f, "page {page} is corrupt: {reason}"),
+            Error::Poisoned { path } => write!(
+                f,
+                "{}: an earlier sync or meta write failed, so what the file holds since the last good sync is unknown; reopen the database",
+                path.display()
+            ),
+            Error::ReadOnly { path } => {
+                write!(f, "{}: the database was opened read-only", path.display())
+            }
             Error::CheckFailed(problems) => match problems.first() {
                 Some(p) => write!(
                     f,
@@ -110,7 +254,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Pager(e) => Some(e),
+            Error::Io { source, .. } => Some(source),
             _ => None,
         }
     }

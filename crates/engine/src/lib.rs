@@ -33,11 +33,11 @@ mod view;
 mod walk;
 mod write;
 
-pub use check::{CheckReport, Problem};
+pub use check::CheckReport;
 pub use compact::CompactReport;
 pub use cursor::Range;
 pub use db::{Db, IoStats};
-pub use error::{Error, Result};
+pub use error::{Error, Problem, Result};
 #[doc(hidden)]
 pub use fs::{CompactionFs, RealFs};
 pub use larch_pager::{FileStorage, Storage};

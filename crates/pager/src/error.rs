@@ -29,6 +29,15 @@ pub enum PagerError {
         /// Why, in words.
         reason: String,
     },
+    /// The file is a larch database of a format version this build does not read.
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version its meta pages carry.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
     /// A page could not be read as what it should be.
     Corrupt {
         /// The file.
@@ -62,11 +71,18 @@ impl PagerError {
         }
     }
 
-    /// True if the error is the disk being full (ENOSPC or EFBIG).
+    /// True if the error is the disk being full (see [`is_disk_full`]).
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, PagerError::Io { source, .. }
-            if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT)))
+        matches!(self, PagerError::Io { source, .. } if is_disk_full(source))
     }
+}
+
+/// True if `e` is the disk being full: ENOSPC, EFBIG (the file may grow no further) or EDQUOT.
+pub fn is_disk_full(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT)
+    )
 }
 
 impl fmt::Display for PagerError {
@@ -83,6 +99,15 @@ impl fmt::Display for PagerError {
             PagerError::NotADatabase { path, reason } => {
                 write!(f, "{}: not a larch database: {reason}", path.display())
             }
+            PagerError::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{}: not a larch database this build can read: format version {found}, this build reads {supported}",
+                path.display()
+            ),
             PagerError::Corrupt { path, page, reason } => {
                 write!(f, "{}: page {page} is corrupt: {reason}", path.display())
             }

@@ -25,7 +25,7 @@ mod page;
 mod pager;
 mod storage;
 
-pub use error::{PagerError, Result};
+pub use error::{is_disk_full, PagerError, Result};
 pub use map::{Advice, Map};
 pub use meta::{
     manifest_batch_capacity, manifest_capacity, node_run_checksum, ManifestRun, Meta, MetaSlot,

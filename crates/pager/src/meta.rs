@@ -299,6 +299,19 @@ impl Meta {
         b
     }
 
+    /// The format version of a meta page written by another version of larch: the magic
+    /// matches but the version does not (the magic and the version sit at offsets 0 and 8 in
+    /// every version; what follows them may change). None for this version, version 0, or no
+    /// meta at all.
+    pub fn foreign_version(b: &[u8]) -> Option<u32> {
+        if b.len() < 12 || b[0..8] != MAGIC {
+            return None;
+        }
+        let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+        // 0 is no version: a meta cut short after its magic (an interrupted initialisation).
+        (version != FORMAT_VERSION && version != 0).then_some(version)
+    }
+
     /// Decode and validate a meta page: magic, version, checksum, page size. The error says
     /// why it is not a valid meta.
     pub fn decode(b: &[u8]) -> Result<Meta, String> {

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use crate::error::{PagerError, Result};
 use crate::lock::try_lock;
 use crate::map::{Advice, Map};
-use crate::meta::{ManifestRun, Meta, MetaSlot, META_SIZE};
+use crate::meta::{ManifestRun, Meta, MetaSlot, FORMAT_VERSION, META_SIZE};
 use crate::page::{run_checksum, stored_checksum, PageHeader, PAGE_HEADER_SIZE};
 use crate::storage::{first_hole, FileStorage, Storage, WriteMode};
 use crate::{valid_page_size, PageId, MAX_FILE_BYTES, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
@@ -536,6 +536,15 @@ fn read_metas(
         (Ok(a), Err(e)) => (a, Err(e), one_blank && a.txid == 0),
         (Err(e), Ok(b)) => (b, Err(e), false),
         (Err(a), Err(b)) => {
+            // A newer (or older) larch's file says so, rather than "no valid meta page".
+            if let Some(found) = [&raw0, &raw1].into_iter().find_map(|r| Meta::foreign_version(r))
+            {
+                return Err(PagerError::UnsupportedVersion {
+                    path: path.to_path_buf(),
+                    found,
+                    supported: FORMAT_VERSION,
+                });
+            }
             return Err(not_db(format!(
                 "no valid meta page (page 0: {a}; page 1: {b})"
             )));
