@@ -875,8 +875,9 @@ fn files_that_are_not_databases_give_a_clear_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let p = |name: &str| dir.path().join(name);
 
-    std::fs::write(p("empty"), b"").unwrap();
-    assert_not_a_database(&p("empty"), "an empty file");
+    // An empty file is a new database instead (tests/creation.rs); one byte more is not.
+    std::fs::write(p("one"), b"\0").unwrap();
+    assert_not_a_database(&p("one"), "a 1-byte file");
 
     std::fs::write(p("hundred"), [0x5au8; 100]).unwrap();
     assert_not_a_database(&p("hundred"), "a 100-byte file");

@@ -1256,3 +1256,21 @@ fn a_database_another_process_has_open_is_reported_as_already_open() {
     drop(held);
     assert_eq!(ok(&["get", s(&f), "k"]).stdout, "v\n");
 }
+
+#[test]
+fn an_empty_file_is_refused_by_reads_and_becomes_a_database_on_the_first_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("touched.larch");
+    std::fs::write(&f, b"").unwrap();
+    let r = run(&["info", s(&f)]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains("not a larch database") && r.stderr.contains("empty"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(file_len(&f), 0, "a read-only command wrote to the empty file");
+    ok(&["put", s(&f), "k", "v"]);
+    assert_eq!(ok(&["get", s(&f), "k"]).stdout, "v\n");
+    ok(&["check", s(&f)]);
+}

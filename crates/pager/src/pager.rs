@@ -145,8 +145,26 @@ impl Pager {
             }
             Err(e) => return Err(PagerError::io("flock", path, e)),
         }
-        let file_len = storage.len().map_err(|e| PagerError::io("stat", path, e))?;
-        let metas = read_metas(path, storage.file(), file_len, opts.fall_back_on_damage)?;
+        // Only under the lock may the file be judged empty: a second opener racing this one
+        // fails on the lock above rather than initialising it too.
+        let mut file_len = storage.len().map_err(|e| PagerError::io("stat", path, e))?;
+        let metas = match read_metas(path, storage.file(), file_len, opts.fall_back_on_damage) {
+            Ok(metas) => metas,
+            Err(e @ PagerError::NotADatabase { .. }) => {
+                let Some(blank) = uninitialised(storage.file(), file_len) else {
+                    return Err(e);
+                };
+                if opts.read_only || !opts.create {
+                    return Err(PagerError::NotADatabase {
+                        path: path.to_path_buf(),
+                        reason: blank.refusal(opts.read_only),
+                    });
+                }
+                file_len = initialise(path, storage.as_ref(), opts.page_size)?;
+                read_metas(path, storage.file(), file_len, opts.fall_back_on_damage)?
+            }
+            Err(e) => return Err(e),
+        };
         let page_size = metas.current.page_size as usize;
         if !opts.read_only {
             if metas.discarded.is_some() {
@@ -580,6 +598,86 @@ fn discard_damaged_meta(path: &Path, storage: &dyn Storage, current: &Meta) -> R
     storage
         .write_at(other, &[&page])
         .map_err(|e| PagerError::io("write meta", path, e))
+}
+
+/// A file that holds no database and never held one, so a read-write open may make a new
+/// database in it (docs/format.md, "Creating a database").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Uninitialised {
+    /// 0 bytes: `touch`, or a temporary-file crate.
+    Empty,
+    /// What an initialisation cut short by a crash can leave: see [`uninitialised`].
+    Interrupted,
+}
+
+impl Uninitialised {
+    /// Why an open that may not initialise it refuses the file.
+    fn refusal(self, read_only: bool) -> String {
+        let what = match self {
+            Uninitialised::Empty => "the file is empty (0 bytes)",
+            Uninitialised::Interrupted => {
+                "the file holds only part of a new database's first two pages (an interrupted initialisation)"
+            }
+        };
+        if read_only {
+            format!("{what}, so there is nothing to read; a read-write open makes a new database in it")
+        } else {
+            format!("{what}, and creating a database was not asked for")
+        }
+    }
+}
+
+/// Is the file, `len` bytes long, one a read-write open may initialise? Exactly 0 bytes, or
+/// what [`initialise`] leaves if cut short: exactly two pages of some legal page size P, every
+/// byte zero except in the first 128, and each of those zero or the byte the empty meta for P
+/// has there. A database that committed even once has a meta in page 1 (the first commit
+/// writes slot 1) or a txid in slot 0, so it never matches, however damaged its other pages
+/// are; a short non-empty file that matches nothing here stays "not a larch database".
+fn uninitialised(file: &File, len: u64) -> Option<Uninitialised> {
+    if len == 0 {
+        return Some(Uninitialised::Empty);
+    }
+    let page_size = usize::try_from(len / 2).ok()?;
+    if len % 2 != 0 || !valid_page_size(page_size) {
+        return None;
+    }
+    let mut image = vec![0u8; 2 * page_size];
+    file.read_exact_at(&mut image, 0).ok()?;
+    let empty = Meta::empty(page_size as u32).encode();
+    let (head, rest) = image.split_at(META_SIZE);
+    let blank = rest.iter().all(|&b| b == 0)
+        && head.iter().zip(&empty).all(|(&b, &e)| b == 0 || b == e);
+    blank.then_some(Uninitialised::Interrupted)
+}
+
+/// Make a new, empty database in the file `storage` writes, which the caller holds locked
+/// exclusively and found [`uninitialised`]. The file keeps its inode (a rename over it would
+/// leave the lock, and any other name of it, on the old one), so this cannot be atomic the way
+/// [`create_file`] is; instead every state a crash can leave is one that [`uninitialised`]
+/// accepts again: 0 bytes, then two pages of zeros, then the empty meta written into page 0.
+/// Returns the new length.
+fn initialise(path: &Path, storage: &dyn Storage, page_size: usize) -> Result<u64> {
+    let io = |op| move |e| PagerError::io(op, path, e);
+    let len = 2 * page_size as u64;
+    // An interrupted initialisation at another page size goes first: shrinking it to the new
+    // size would leave bytes of its meta that do not fit the new one.
+    if storage.len().map_err(io("stat"))? != 0 {
+        storage.set_len(0).map_err(io("truncate"))?;
+    }
+    storage.set_len(len).map_err(io("initialise empty file"))?;
+    let meta = Meta::empty(page_size as u32).encode_page(&[], page_size);
+    storage
+        .write_at(0, &[&meta])
+        .map_err(io("initialise empty file"))?;
+    storage.sync().map_err(io("fdatasync"))?;
+    // The name may be as new as the file (created a moment ago, never synced): make it as
+    // durable as the database about to be committed into it.
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    sync_dir(dir).map_err(io("fsync directory"))?;
+    Ok(len)
 }
 
 /// Create an empty database atomically: build it under a temporary name, sync it, then link
