@@ -184,6 +184,8 @@ impl Db {
     /// Open an existing database whose writes, syncs and resizes go through `storage`
     /// (reads still come from a map of `storage.file()`). Tests use this to record every
     /// operation and simulate power cuts; `Options::write_mode` is the storage's business.
+    /// A test hook: only with the feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
     pub fn open_with_storage(
         path: impl AsRef<Path>,
         storage: Box<dyn Storage>,
@@ -194,8 +196,9 @@ impl Db {
     }
 
     /// [`Db::open_with_storage`], with compaction's new files and directory operations going
-    /// through `fs` too (the power-cut simulation of compaction records them).
-    #[doc(hidden)]
+    /// through `fs` too (the power-cut simulation of compaction records them). A test hook:
+    /// only with the feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
     pub fn open_with_storage_and_fs(
         path: impl AsRef<Path>,
         storage: Box<dyn Storage>,

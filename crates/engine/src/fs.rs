@@ -11,8 +11,8 @@ use std::path::Path;
 
 use larch_pager::{FileStorage, Storage, WriteMode};
 
-/// File-system operations of compaction (doc-hidden: for tests that simulate power cuts).
-#[doc(hidden)]
+/// File-system operations of compaction (public with the feature `test-hooks`, for tests that
+/// simulate power cuts).
 pub trait CompactionFs: Send + Sync + Debug {
     /// The storage for a file compaction just created at `path` (a valid empty database,
     /// already synced and linked into its directory, which is synced too).
@@ -39,7 +39,6 @@ pub trait CompactionFs: Send + Sync + Debug {
 }
 
 /// The real file system.
-#[doc(hidden)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealFs;
 

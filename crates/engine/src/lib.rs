@@ -38,8 +38,9 @@ pub use compact::CompactReport;
 pub use cursor::Range;
 pub use db::{Db, IoStats};
 pub use error::{Error, Problem, Result};
-#[doc(hidden)]
+#[cfg(feature = "test-hooks")]
 pub use fs::{CompactionFs, RealFs};
+#[cfg(feature = "test-hooks")]
 pub use larch_pager::{FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode};
 pub use read::{ReadTree, ReadTx};
@@ -51,7 +52,9 @@ pub type PageId = u64;
 /// A transaction id.
 pub type TxId = u64;
 
-/// Lower-level pieces for tools (the CLI's `pages`/`page`, tests, fuzzers).
+/// Lower-level pieces for tools (the CLI's `pages`/`page`, tests, fuzzers): the page format
+/// as it is on disk, with the feature `raw` (or `test-hooks`) on.
+#[cfg(feature = "raw")]
 pub mod raw {
     pub use crate::freemap::{unreachable_runs, CHUNK_BYTES, CHUNK_PAGES};
     pub use crate::node_page::{Limits, NodePage, ValRef, OVERFLOW_HEADER};
