@@ -134,7 +134,11 @@ fn becomes_a_database(path: &Path, opts: Options, what: &str) {
     assert!(db.begin_read().unwrap().tree_names().unwrap().is_empty());
     put(&db, b"k", what.as_bytes());
     drop(db);
-    assert_eq!(std::fs::metadata(path).unwrap().ino(), ino, "{what}: not in place");
+    assert_eq!(
+        std::fs::metadata(path).unwrap().ino(),
+        ino,
+        "{what}: not in place"
+    );
     let db = Db::open(path, Options::default().create(false)).unwrap();
     db.check().unwrap();
     assert_eq!(get(&db, b"k").as_deref(), Some(what.as_bytes()));
@@ -145,7 +149,10 @@ fn refused(path: &Path, opts: Options, reason: &str) {
     let before = std::fs::read(path).unwrap();
     match Db::open(path, opts) {
         Err(Error::NotADatabase { reason: r, .. }) => assert!(r.contains(reason), "{r}"),
-        other => panic!("expected NotADatabase ({reason}), got {:?}", other.map(|_| ())),
+        other => panic!(
+            "expected NotADatabase ({reason}), got {:?}",
+            other.map(|_| ())
+        ),
     }
     assert_eq!(std::fs::read(path).unwrap(), before, "a refused open wrote");
 }
@@ -206,7 +213,10 @@ fn an_empty_file_reached_through_a_symlink_is_initialised_at_its_target() {
     assert_eq!(db.path(), target.canonicalize().unwrap());
     put(&db, b"k", b"v");
     drop(db);
-    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     let db = Db::open(&target, Options::default()).unwrap();
     assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
 }
@@ -245,7 +255,11 @@ fn opens_racing_on_an_empty_file_initialise_it_once_and_lose_no_commit() {
         let db = Db::open(&path, Options::default()).unwrap();
         db.check().unwrap();
         for (i, &w) in wrote.iter().enumerate() {
-            assert_eq!(get(&db, &[i as u8]).is_some(), w, "round {round} thread {i}");
+            assert_eq!(
+                get(&db, &[i as u8]).is_some(),
+                w,
+                "round {round} thread {i}"
+            );
         }
     }
 }

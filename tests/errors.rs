@@ -66,7 +66,9 @@ fn a_missing_directory_is_io_with_kind_not_found_and_the_io_error_as_source() {
     assert!(matches!(e, Error::Io { .. }), "{e:?}");
     assert_eq!(e.io_kind(), Some(io::ErrorKind::NotFound));
     let source = e.source().expect("an I/O error has a source");
-    let io = source.downcast_ref::<io::Error>().expect("the source is the io::Error");
+    let io = source
+        .downcast_ref::<io::Error>()
+        .expect("the source is the io::Error");
     assert_eq!(io.kind(), io::ErrorKind::NotFound);
     assert!(!e.is_disk_full());
     assert!(e.to_string().contains("no-such-dir"), "{e}");

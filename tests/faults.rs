@@ -208,7 +208,10 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
         other => panic!("{fault:?}: expected Error::Io, got {other:?}"),
     }
     assert_eq!(err.is_disk_full(), fault.errno == libc::ENOSPC, "{err}");
-    assert!(std::error::Error::source(&err).is_some(), "{err}: no source");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "{err}: no source"
+    );
     let msg = err.to_string();
     assert!(
         msg.contains(path.to_str().unwrap()),

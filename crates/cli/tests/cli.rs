@@ -1269,7 +1269,11 @@ fn an_empty_file_is_refused_by_reads_and_becomes_a_database_on_the_first_write()
         "{}",
         r.stderr
     );
-    assert_eq!(file_len(&f), 0, "a read-only command wrote to the empty file");
+    assert_eq!(
+        file_len(&f),
+        0,
+        "a read-only command wrote to the empty file"
+    );
     ok(&["put", s(&f), "k", "v"]);
     assert_eq!(ok(&["get", s(&f), "k"]).stdout, "v\n");
     ok(&["check", s(&f)]);

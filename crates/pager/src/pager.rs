@@ -555,7 +555,9 @@ fn read_metas(
         (Err(e), Ok(b)) => (b, Err(e), false),
         (Err(a), Err(b)) => {
             // A newer (or older) larch's file says so, rather than "no valid meta page".
-            if let Some(found) = [&raw0, &raw1].into_iter().find_map(|r| Meta::foreign_version(r))
+            if let Some(found) = [&raw0, &raw1]
+                .into_iter()
+                .find_map(|r| Meta::foreign_version(r))
             {
                 return Err(PagerError::UnsupportedVersion {
                     path: path.to_path_buf(),
@@ -620,7 +622,9 @@ impl Uninitialised {
             }
         };
         if read_only {
-            format!("{what}, so there is nothing to read; a read-write open makes a new database in it")
+            format!(
+                "{what}, so there is nothing to read; a read-write open makes a new database in it"
+            )
         } else {
             format!("{what}, and creating a database was not asked for")
         }
@@ -638,15 +642,15 @@ fn uninitialised(file: &File, len: u64) -> Option<Uninitialised> {
         return Some(Uninitialised::Empty);
     }
     let page_size = usize::try_from(len / 2).ok()?;
-    if len % 2 != 0 || !valid_page_size(page_size) {
+    if 2 * page_size as u64 != len || !valid_page_size(page_size) {
         return None;
     }
     let mut image = vec![0u8; 2 * page_size];
     file.read_exact_at(&mut image, 0).ok()?;
     let empty = Meta::empty(page_size as u32).encode();
     let (head, rest) = image.split_at(META_SIZE);
-    let blank = rest.iter().all(|&b| b == 0)
-        && head.iter().zip(&empty).all(|(&b, &e)| b == 0 || b == e);
+    let blank =
+        rest.iter().all(|&b| b == 0) && head.iter().zip(&empty).all(|(&b, &e)| b == 0 || b == e);
     blank.then_some(Uninitialised::Interrupted)
 }
 
