@@ -234,8 +234,17 @@ fn wrong_lengths_and_invalid_text_are_errors() {
     assert!(<()>::from_bytes(&[0]).is_err());
     assert!(<&str>::from_bytes(&[0xc3]).is_err());
     assert!(<(&str, u8)>::from_bytes(b"abc").is_err(), "no terminator");
-    assert!(<(&str, u8)>::from_bytes(b"a\0\x02\x05").is_err(), "bad escape");
-    assert!(<(u32, u8)>::from_bytes(&[0, 0, 1]).is_err(), "element cut short");
-    assert!(Option::<u8>::from_bytes(&[0, 1]).is_err(), "None with bytes after");
+    assert!(
+        <(&str, u8)>::from_bytes(b"a\0\x02\x05").is_err(),
+        "bad escape"
+    );
+    assert!(
+        <(u32, u8)>::from_bytes(&[0, 0, 1]).is_err(),
+        "element cut short"
+    );
+    assert!(
+        Option::<u8>::from_bytes(&[0, 1]).is_err(),
+        "None with bytes after"
+    );
     assert!(Option::<u8>::from_bytes(&[2, 1]).is_err(), "unknown tag");
 }
