@@ -200,12 +200,7 @@ impl<'r, K: Key + 'r, V: Key + 'r> ReadMultimapTable<'r, K, V> {
         K::encode_nested(key.borrow(), &mut prefix);
         let (start, end) = prefix_range(&prefix);
         let inner = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
-        Ok(MultimapValues {
-            inner,
-            skip: prefix.len(),
-            name: self.name,
-            types: PhantomData,
-        })
+        Ok(MultimapValues::new(inner, prefix.len(), self.name))
     }
 
     /// True if `key` holds `value`.
@@ -430,15 +425,29 @@ impl<K: Key, V: Key> WriteMultimapTable<'_, '_, K, V> {
 /// assert_eq!(vals.next().transpose()?, Some(0));
 /// # Ok::<(), larch_engine::Error>(())
 /// ```
-pub struct MultimapValues<'r, K: Key, V: Key> {
-    inner: Range<'r>,
+///
+/// `I` is the byte iterator underneath: a read snapshot's [`Range`] unless named otherwise.
+pub struct MultimapValues<'r, K: Key, V: Key, I = Range<'r>> {
+    inner: I,
     /// Length of the key's nested encoding, in front of every value.
     skip: usize,
     name: &'static str,
+    /// The items borrow for `'r` from what `inner` reads.
+    items: PhantomData<&'r ()>,
     types: PhantomData<fn() -> (K, V)>,
 }
 
-impl<'r, K: Key + 'r, V: Key + 'r> MultimapValues<'r, K, V> {
+impl<'r, K: Key + 'r, V: Key + 'r, I> MultimapValues<'r, K, V, I> {
+    fn new(inner: I, skip: usize, name: &'static str) -> Self {
+        MultimapValues {
+            inner,
+            skip,
+            name,
+            items: PhantomData,
+            types: PhantomData,
+        }
+    }
+
     fn decode(
         &self,
         entry: Option<Result<(&'r [u8], &'r [u8])>>,
@@ -454,7 +463,7 @@ impl<'r, K: Key + 'r, V: Key + 'r> MultimapValues<'r, K, V> {
     }
 }
 
-impl<K: Key, V: Key> fmt::Debug for MultimapValues<'_, K, V> {
+impl<K: Key, V: Key, I: fmt::Debug> fmt::Debug for MultimapValues<'_, K, V, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultimapValues")
             .field("name", &self.name)
@@ -463,7 +472,12 @@ impl<K: Key, V: Key> fmt::Debug for MultimapValues<'_, K, V> {
     }
 }
 
-impl<'r, K: Key + 'r, V: Key + 'r> Iterator for MultimapValues<'r, K, V> {
+impl<'r, K, V, I> Iterator for MultimapValues<'r, K, V, I>
+where
+    K: Key + 'r,
+    V: Key + 'r,
+    I: Iterator<Item = Result<(&'r [u8], &'r [u8])>>,
+{
     type Item = Result<V::Decoded<'r>>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -472,7 +486,12 @@ impl<'r, K: Key + 'r, V: Key + 'r> Iterator for MultimapValues<'r, K, V> {
     }
 }
 
-impl<'r, K: Key + 'r, V: Key + 'r> DoubleEndedIterator for MultimapValues<'r, K, V> {
+impl<'r, K, V, I> DoubleEndedIterator for MultimapValues<'r, K, V, I>
+where
+    K: Key + 'r,
+    V: Key + 'r,
+    I: DoubleEndedIterator<Item = Result<(&'r [u8], &'r [u8])>>,
+{
     fn next_back(&mut self) -> Option<Self::Item> {
         let entry = self.inner.next_back();
         self.decode(entry)

@@ -540,17 +540,22 @@ impl<K: Key, V: Value> WriteTable<'_, '_, K, V> {
 /// assert_eq!(r.count(), 3);
 /// # Ok::<(), larch_engine::Error>(())
 /// ```
-pub struct TableRange<'r, K: Key, V: Value> {
-    inner: Range<'r>,
+///
+/// `I` is the byte iterator underneath: a read snapshot's [`Range`] unless named otherwise.
+pub struct TableRange<'r, K: Key, V: Value, I = Range<'r>> {
+    inner: I,
     name: &'static str,
+    /// The items borrow for `'r` from what `inner` reads.
+    items: PhantomData<&'r ()>,
     types: PhantomData<fn() -> (K, V)>,
 }
 
-impl<'r, K: Key + 'r, V: Value + 'r> TableRange<'r, K, V> {
-    fn new(inner: Range<'r>, name: &'static str) -> Self {
+impl<'r, K: Key + 'r, V: Value + 'r, I> TableRange<'r, K, V, I> {
+    pub(super) fn new(inner: I, name: &'static str) -> Self {
         TableRange {
             inner,
             name,
+            items: PhantomData,
             types: PhantomData,
         }
     }
@@ -571,7 +576,7 @@ impl<'r, K: Key + 'r, V: Value + 'r> TableRange<'r, K, V> {
     }
 }
 
-impl<K: Key, V: Value> fmt::Debug for TableRange<'_, K, V> {
+impl<K: Key, V: Value, I: fmt::Debug> fmt::Debug for TableRange<'_, K, V, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TableRange")
             .field("name", &self.name)
@@ -580,7 +585,12 @@ impl<K: Key, V: Value> fmt::Debug for TableRange<'_, K, V> {
     }
 }
 
-impl<'r, K: Key + 'r, V: Value + 'r> Iterator for TableRange<'r, K, V> {
+impl<'r, K, V, I> Iterator for TableRange<'r, K, V, I>
+where
+    K: Key + 'r,
+    V: Value + 'r,
+    I: Iterator<Item = Result<(&'r [u8], &'r [u8])>>,
+{
     type Item = Result<(K::Decoded<'r>, V::Decoded<'r>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -589,7 +599,12 @@ impl<'r, K: Key + 'r, V: Value + 'r> Iterator for TableRange<'r, K, V> {
     }
 }
 
-impl<'r, K: Key + 'r, V: Value + 'r> DoubleEndedIterator for TableRange<'r, K, V> {
+impl<'r, K, V, I> DoubleEndedIterator for TableRange<'r, K, V, I>
+where
+    K: Key + 'r,
+    V: Value + 'r,
+    I: DoubleEndedIterator<Item = Result<(&'r [u8], &'r [u8])>>,
+{
     fn next_back(&mut self) -> Option<Self::Item> {
         let entry = self.inner.next_back();
         self.decode(entry)
