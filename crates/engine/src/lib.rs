@@ -28,6 +28,7 @@ mod read;
 mod readers;
 mod relocate;
 mod stats;
+mod typed;
 mod unpinned;
 mod view;
 mod walk;
@@ -45,6 +46,10 @@ pub use larch_pager::{FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode};
 pub use read::{ReadTree, ReadTx};
 pub use stats::{Stats, TreeStats};
+pub use typed::{
+    DecodeError, Key, MultimapTable, MultimapValues, PrefixKey, ReadMultimapTable, ReadTable,
+    Table, TableRange, Value, WriteMultimapTable, WriteTable,
+};
 pub use write::{WriteTree, WriteTx};
 
 /// A page number.
