@@ -27,11 +27,13 @@ mod options;
 mod read;
 mod readers;
 mod relocate;
+mod remove_range;
 mod stats;
 mod unpinned;
 mod view;
 mod walk;
 mod write;
+mod write_tree;
 
 pub use check::{CheckReport, Problem};
 pub use compact::CompactReport;
@@ -42,9 +44,10 @@ pub use error::{Error, Result};
 pub use fs::{CompactionFs, RealFs};
 pub use larch_pager::{FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode};
-pub use read::{ReadTree, ReadTx};
+pub use read::{OwnedReadTree, ReadTree, ReadTx};
 pub use stats::{Stats, TreeStats};
-pub use write::{WriteTree, WriteTx};
+pub use write::{Savepoint, WriteTx};
+pub use write_tree::{WriteCursor, WriteRange, WriteTree};
 
 /// A page number.
 pub type PageId = u64;
