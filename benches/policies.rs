@@ -131,7 +131,7 @@ fn key(i: u64) -> [u8; KEY_LEN] {
 
 /// One write transaction of `values` random puts; returns how long its commit took.
 fn one_txn(db: &Db, a: &Args, rng: &mut Rng, value: &mut [u8]) -> larch::Result<Duration> {
-    let mut tx = db.begin_write()?;
+    let tx = db.begin_write()?;
     {
         let mut t = tx.open_tree(TREE)?;
         for _ in 0..a.values {

@@ -332,7 +332,7 @@ fn run(a: &Args, policy: Policy, threshold: Option<f64>, parent: &Path, device: 
     let mut i = 0;
     while i < a.keys {
         let end = (i + LOAD_BATCH).min(a.keys);
-        let mut tx = db.begin_write().expect("begin");
+        let tx = db.begin_write().expect("begin");
         {
             let mut t = tx.open_tree(TREE).expect("tree");
             for k in i..end {
@@ -369,7 +369,7 @@ fn run(a: &Args, policy: Policy, threshold: Option<f64>, parent: &Path, device: 
     let mut trace = a.trace.as_ref().map(|_| String::new());
     for c in 0..a.commits {
         let t0 = Instant::now();
-        let mut tx = db.begin_write().expect("begin");
+        let tx = db.begin_write().expect("begin");
         {
             let mut t = tx.open_tree(TREE).expect("tree");
             for _ in 0..a.per_commit {

@@ -271,7 +271,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path) -> Result<(), Str
                 "{ctx}: contents at txid {txid} differ from that commit's"
             ));
         }
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("after-crash")
             .unwrap()
             .insert(b"k", b"v")
@@ -905,7 +905,7 @@ fn abort_writing_overflow_after_an_async_run_then_db_sync_keeps_the_fallback_int
                 log.push((last, cs));
             }
             // Overflow runs are written when inserted: the abort writes pages.
-            let mut tx = db.begin_write().unwrap();
+            let tx = db.begin_write().unwrap();
             for i in 0..6u64 {
                 tx.open_tree("o")
                     .unwrap()

@@ -58,7 +58,7 @@ fn churn(db: &Db, rounds: u64) {
 }
 
 fn delete_most(db: &Db) {
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     for t in ["alpha", "beta"] {
         let keys: Vec<Vec<u8>> = {
             let tree = tx.open_tree(t).unwrap();
@@ -111,7 +111,7 @@ fn compact_to_writes_the_same_data_into_a_file_without_free_pages() {
         assert!(t.fill(4096) > 0.9, "tree {} fill {}", t.name, t.fill(4096));
     }
     // And it takes new writes normally.
-    let mut tx = out.begin_write().unwrap();
+    let tx = out.begin_write().unwrap();
     tx.open_tree("alpha")
         .unwrap()
         .insert(b"new", b"value")
@@ -124,7 +124,7 @@ fn compact_to_writes_the_same_data_into_a_file_without_free_pages() {
 fn compact_to_of_an_empty_database_is_valid() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path().join("e.larch"), Options::default()).unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("empty").unwrap();
     tx.commit().unwrap();
     db.compact_to(dir.path().join("e2.larch")).unwrap();
@@ -216,7 +216,7 @@ fn dropping_the_last_loaded_tree_gives_the_free_tail_back_without_compaction() {
     let path = dir.path().join("t.larch");
     let db = Db::open(&path, Options::default().policy(Policy::FirstFit)).unwrap();
     for name in ["kept", "dropped"] {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree(name).unwrap();
             for i in 0..40_000u32 {
@@ -226,7 +226,7 @@ fn dropping_the_last_loaded_tree_gives_the_free_tail_back_without_compaction() {
         tx.commit().unwrap();
     }
     let full = db.stats().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     assert!(tx.delete_tree("dropped").unwrap());
     tx.commit().unwrap();
     // Later commits may reuse the freed pages (no reader, durable). The free map's own pages
@@ -234,7 +234,7 @@ fn dropping_the_last_loaded_tree_gives_the_free_tail_back_without_compaction() {
     // after which the end of the file is a free tail: the high-water mark drops and, once
     // durable, the file is truncated.
     for i in 0..4u32 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("kept")
             .unwrap()
             .insert(&i.to_be_bytes(), b"commit")
@@ -257,7 +257,7 @@ fn dropping_the_last_loaded_tree_gives_the_free_tail_back_without_compaction() {
     );
     assert_eq!(std::fs::metadata(&path).unwrap().len(), shrunk.file_bytes);
     // A reader pins the pages it can see: the tail is not given back while it lives.
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("again").unwrap();
         for i in 0..20_000u32 {
@@ -267,11 +267,11 @@ fn dropping_the_last_loaded_tree_gives_the_free_tail_back_without_compaction() {
     tx.commit().unwrap();
     let grown = db.stats().unwrap();
     let rx = db.begin_read().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.delete_tree("again").unwrap();
     tx.commit().unwrap();
     for _ in 0..4 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("kept").unwrap().insert(b"tick", b"x").unwrap();
         tx.commit().unwrap();
     }
@@ -284,7 +284,7 @@ fn dropping_the_last_loaded_tree_gives_the_free_tail_back_without_compaction() {
     assert_eq!(rx.open_tree("again").unwrap().len().unwrap(), 20_000);
     drop(rx);
     for _ in 0..4 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("kept").unwrap().insert(b"tick", b"y").unwrap();
         tx.commit().unwrap();
     }
@@ -380,7 +380,7 @@ fn readers_keep_their_snapshot_across_a_background_file_switch() {
         .compaction_threshold(Some(0.5))
         .compaction_min_bytes(0);
     let db = Db::open(&path, opts).unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for i in 0..3000u32 {
@@ -392,7 +392,7 @@ fn readers_keep_their_snapshot_across_a_background_file_switch() {
     // Rewrite everything a few times: the pages only the old reader holds pass half the file
     // (the trigger counts them from two sync windows back) and compaction starts.
     for round in 0..8u8 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("t").unwrap();
             for i in 0..3000u32 {
@@ -418,7 +418,7 @@ fn readers_keep_their_snapshot_across_a_background_file_switch() {
     assert_eq!(t.get(&7u32.to_be_bytes()).unwrap(), None);
     assert_eq!(t.get(&8u32.to_be_bytes()).unwrap(), Some(&b"hhhhh"[..]));
     drop(rx);
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t")
         .unwrap()
         .insert(b"after", b"switch")
@@ -460,7 +460,7 @@ fn closing_the_database_stops_background_compaction_and_releases_the_file() {
             .compaction_min_bytes(0);
         let db = Db::open(&path, opts).unwrap();
         for round in 0..6u8 {
-            let mut tx = db.begin_write().unwrap();
+            let tx = db.begin_write().unwrap();
             {
                 let mut t = tx.open_tree("t").unwrap();
                 for i in 0..2000u32 {

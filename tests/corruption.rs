@@ -1563,7 +1563,7 @@ fn free_map_bit_flip(img: &[u8], victim: u64, want: &Tree, ctx: &str) {
         Err(e) => return assert_clear(&e, ctx),
         Ok(db) => db,
     };
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("gamma").unwrap();
         for i in 0..50 {

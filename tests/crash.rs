@@ -846,7 +846,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
         ctx()
     );
     // The recovered database must also take new commits.
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("after-crash")
         .unwrap()
         .insert(b"k", b"v")
@@ -1512,7 +1512,7 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
             s.spawn(move || {
                 for i in 0..EACH {
                     let n = t * 1000 + i;
-                    let mut tx = db.begin_write().unwrap();
+                    let tx = db.begin_write().unwrap();
                     let txid = tx.txid();
                     tx.open_tree("g")
                         .unwrap()
@@ -1910,7 +1910,7 @@ fn a_group_commit_follower_returns_while_the_next_writer_waits_for_it() {
             let (a_done_tx, a_done_rx) = channel::<()>();
             let db_b = db.clone();
             let b = std::thread::spawn(move || {
-                let mut tx = db_b.begin_write().unwrap();
+                let tx = db_b.begin_write().unwrap();
                 began_tx.send(()).unwrap();
                 // B holds the writer lock until A's commit has returned.
                 a_done_rx.recv().unwrap();

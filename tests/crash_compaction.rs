@@ -435,7 +435,7 @@ fn open_image(img: &[u8], dir: &Path, opts: Options, ctx: &dyn Fn() -> String) -
     }
     let got = contents(&db);
     // The recovered file must take new commits.
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("after-crash")
         .unwrap()
         .insert(b"k", b"v")

@@ -111,7 +111,7 @@ fn killed_during_creation_leaves_no_file_or_a_valid_empty_database() {
 }
 
 fn put(db: &Db, k: &[u8], v: &[u8]) {
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t").unwrap().insert(k, v).unwrap();
     tx.commit().unwrap();
 }

@@ -134,7 +134,7 @@ fn a_read_write_fall_back_discards_the_damaged_commit_for_good() {
     assert_eq!(db.begin_read().unwrap().txid(), last - 1);
     assert_eq!(count(&db), RECORDS - BATCH);
     db.check().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("main")
         .unwrap()
         .insert(b"after", b"repair")

@@ -43,7 +43,7 @@ fn multi_mib_values_round_trip_overwrite_remove_and_survive_reopen() {
     let three = pattern(3, 3 << 20);
     let nine = pattern(9, 9 << 20);
     let db = open(&path, Options::default());
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("big").unwrap();
         t.insert(b"three", &three).unwrap();
@@ -63,7 +63,7 @@ fn multi_mib_values_round_trip_overwrite_remove_and_survive_reopen() {
     );
 
     // Swap the two values, then remove one.
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("big").unwrap();
         t.insert(b"three", &nine).unwrap();
@@ -72,7 +72,7 @@ fn multi_mib_values_round_trip_overwrite_remove_and_survive_reopen() {
     tx.commit().unwrap();
     assert!(get(&db, "big", b"three").as_deref() == Some(&nine[..]));
     assert!(get(&db, "big", b"nine").as_deref() == Some(&three[..]));
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     assert!(tx.open_tree("big").unwrap().remove(b"three").unwrap());
     tx.commit().unwrap();
     db.check().unwrap();
@@ -108,7 +108,7 @@ fn value_of_64_mib_round_trips_through_commit_and_reopen() {
     let path = dir.path().join("huge.larch");
     let huge = pattern(64, 64 << 20);
     let db = open(&path, Options::default().durability(Durability::Sync));
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t").unwrap().insert(b"huge", &huge).unwrap();
     tx.commit().unwrap();
     {
@@ -133,7 +133,7 @@ fn empty_values_are_present_not_absent() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("empty.larch");
     let db = open(&path, Options::default());
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for k in 0..300u32 {
@@ -181,7 +181,7 @@ fn million_small_keys_in_async_batches_are_all_there_after_sync_and_reopen() {
     let path = dir.path().join("million.larch");
     let db = open(&path, Options::default().durability(Durability::Async));
     for b in 0..N / BATCH {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("m").unwrap();
             for i in b * BATCH..(b + 1) * BATCH {
@@ -274,7 +274,7 @@ fn deep_tree_of_near_maximum_keys_grows_past_depth_five_and_shrinks_on_deletes()
     rng.shuffle(&mut ids);
     let mut model = BTreeMap::new();
     for chunk in ids.chunks(500) {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("deep").unwrap();
             for &i in chunk {
@@ -299,7 +299,7 @@ fn deep_tree_of_near_maximum_keys_grows_past_depth_five_and_shrinks_on_deletes()
     rng.shuffle(&mut ids);
     let doomed = &ids[..2_850];
     for chunk in doomed.chunks(150) {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("deep").unwrap();
             for &i in chunk {
@@ -330,7 +330,7 @@ fn mixed_long_and_short_keys_case(db: &Db, seed: u64) {
     let mut rng = Rng(seed.wrapping_mul(2_654_435_761) + 1);
     let n = 10 + rng.below(80) as u32;
     let mut model = BTreeMap::new();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.delete_tree("t").unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
@@ -350,7 +350,7 @@ fn mixed_long_and_short_keys_case(db: &Db, seed: u64) {
     }
     tx.commit().unwrap();
     db.check().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
@@ -413,7 +413,7 @@ fn removing_every_other_of_thirteen_long_keys_leaves_no_empty_leaf() {
         k.extend_from_slice(format!("{i:05}").as_bytes());
         k
     };
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for i in 0..13u32 {
@@ -443,7 +443,7 @@ fn removing_every_other_key_among_long_keys_commits_only_valid_pages() {
         Options::default().page_size(4096),
     );
     let mut keys = Vec::new();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for i in 0..50u32 {
@@ -461,7 +461,7 @@ fn removing_every_other_key_among_long_keys_commits_only_valid_pages() {
     }
     tx.commit().unwrap();
     db.check().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for k in keys.iter().step_by(2) {
@@ -512,7 +512,7 @@ fn redistributing_leaves_under_a_branch_of_long_separators_keeps_the_branch_with
         &dir.path().join("redistribute.larch"),
         Options::default().page_size(4096),
     );
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for i in 0..30u32 {
@@ -525,7 +525,7 @@ fn redistributing_leaves_under_a_branch_of_long_separators_keeps_the_branch_with
     }
     tx.commit().unwrap();
     db.check().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     assert!(tx.open_tree("t").unwrap().remove(b"c").unwrap());
     tx.commit().unwrap();
     db.check().unwrap();
@@ -542,7 +542,7 @@ fn redistributing_leaves_under_a_branch_of_long_separators_keeps_the_branch_with
 fn overwrite_commits(db: &Db, rng: &mut Rng, commits: usize) -> Vec<u64> {
     let mut hw = Vec::with_capacity(commits);
     for _ in 0..commits {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("t").unwrap();
             for _ in 0..200 {
@@ -621,7 +621,7 @@ fn leaves_stay_more_than_half_full_after_deleting_seventy_percent_at_random() {
     let mut rng = Rng(5);
     let mut ids: Vec<u32> = (0..20_000).collect();
     rng.shuffle(&mut ids);
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for &i in &ids {
@@ -635,7 +635,7 @@ fn leaves_stay_more_than_half_full_after_deleting_seventy_percent_at_random() {
     tx.commit().unwrap();
     rng.shuffle(&mut ids);
     for chunk in ids[..14_000].chunks(2_000) {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("t").unwrap();
             for &i in chunk {
@@ -667,7 +667,7 @@ fn second_open_in_the_same_process_fails_as_locked_until_the_first_is_dropped() 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lock.larch");
     let db = open(&path, Options::default());
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
     tx.commit().unwrap();
     assert_locked(Db::open(&path, Options::default()));
@@ -687,7 +687,7 @@ fn read_only_handles_share_the_file_read_and_refuse_writes() {
     let path = dir.path().join("ro.larch");
     {
         let db = open(&path, Options::default());
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
         tx.commit().unwrap();
     }
@@ -712,7 +712,7 @@ fn read_only_handles_share_the_file_read_and_refuse_writes() {
         "read-only handles modified the file"
     );
     let db = open(&path, Options::default());
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t").unwrap().insert(b"k2", b"v2").unwrap();
     tx.commit().unwrap();
 }
@@ -737,7 +737,7 @@ fn empty_and_oversized_keys_are_rejected_and_the_transaction_stays_usable() {
             Options::default().page_size(page_size),
         );
         let max = page_size / 4;
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("t").unwrap();
             assert!(matches!(t.insert(b"", b"v"), Err(Error::EmptyKey)));
@@ -793,7 +793,7 @@ fn existing_file_keeps_its_page_size_whatever_the_options_say() {
     let path = dir.path().join("ps.larch");
     {
         let db = open(&path, Options::default().page_size(16384));
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
         tx.commit().unwrap();
     }
@@ -818,7 +818,7 @@ fn opening_a_missing_tree_for_reading_names_it_in_the_error() {
     }
     drop(rx);
     // Opening it in a write transaction creates it; aborting forgets it again.
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("no-such-tree").unwrap();
     assert_eq!(tx.tree_names().unwrap(), vec!["no-such-tree".to_string()]);
     drop(tx);
@@ -855,7 +855,7 @@ fn assert_not_a_database(path: &Path, what: &str) {
 fn valid_db(path: &Path) {
     let db = open(path, Options::default());
     for round in 0..3u32 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("t").unwrap();
             for k in 0..500u32 {
@@ -1035,7 +1035,7 @@ fn delete_tree_frees_its_pages_and_removes_its_name() {
         &dir.path().join("del.larch"),
         Options::default().policy(Policy::FirstFit),
     );
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     for name in ["doomed", "kept"] {
         let mut t = tx.open_tree(name).unwrap();
         for k in 0..5_000u32 {
@@ -1055,7 +1055,7 @@ fn delete_tree_frees_its_pages_and_removes_its_name() {
     let doomed_pages = doomed.branch_pages + doomed.leaf_pages + doomed.overflow_pages;
     assert!(doomed.overflow_pages > 0);
 
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     assert!(tx.delete_tree("doomed").unwrap());
     assert!(!tx.delete_tree("doomed").unwrap());
     assert!(!tx.delete_tree("never-existed").unwrap());
@@ -1085,10 +1085,10 @@ fn delete_tree_frees_its_pages_and_removes_its_name() {
     // The freed pages are reused: recreating a tree of the same size barely grows the file.
     let hw = after.high_water;
     db.sync().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("dummy").unwrap().insert(b"x", b"y").unwrap();
     tx.commit().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("doomed").unwrap();
         assert_eq!(t.len().unwrap(), 0);
@@ -1112,7 +1112,7 @@ fn delete_tree_frees_its_pages_and_removes_its_name() {
 fn delete_then_recreate_in_one_transaction_starts_empty() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir.path().join("recreate.larch"), Options::default());
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     for k in 0..1_000u32 {
         tx.open_tree("t")
             .unwrap()
@@ -1120,7 +1120,7 @@ fn delete_then_recreate_in_one_transaction_starts_empty() {
             .unwrap();
     }
     tx.commit().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     assert!(tx.delete_tree("t").unwrap());
     {
         let mut t = tx.open_tree("t").unwrap();
@@ -1182,7 +1182,7 @@ fn range_bounds_match_model(page_size: usize, key_len: usize) {
         k
     };
     let mut model = BTreeMap::new();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("r").unwrap();
         for n in (0..800u32).step_by(2) {
@@ -1313,7 +1313,7 @@ fn range_bounds_and_reverse_match_a_btreemap_for_long_keys_in_a_deeper_tree() {
 fn ranges_over_an_empty_tree_and_inverted_bounds_yield_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir.path().join("empty-range.larch"), Options::default());
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("empty").unwrap();
     tx.open_tree("one").unwrap().insert(b"m", b"1").unwrap();
     tx.commit().unwrap();
@@ -1348,7 +1348,7 @@ fn write_modes_produce_files_that_read_the_same() {
             let db = open(&path, Options::default().write_mode(mode));
             let mut rng = Rng(99);
             for _ in 0..20 {
-                let mut tx = db.begin_write().unwrap();
+                let tx = db.begin_write().unwrap();
                 {
                     let mut t = tx.open_tree("t").unwrap();
                     for _ in 0..100 {

@@ -13,7 +13,7 @@ const PS: usize = 4096;
 
 fn fresh(path: &Path) -> Db {
     let db = Db::open(path, Options::default()).unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
     tx.commit().unwrap();
     db
@@ -120,7 +120,7 @@ fn a_file_of_another_format_version_is_unsupported_version() {
     {
         // Two commits: both meta slots hold a meta.
         let db = fresh(&path);
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("t").unwrap().insert(b"k2", b"v").unwrap();
         tx.commit().unwrap();
     }
@@ -169,7 +169,7 @@ fn tree_and_key_errors_are_their_own_variants() {
     let rx = db.begin_read().unwrap();
     assert!(matches!(rx.open_tree("nope"), Err(Error::TreeNotFound(n)) if n == "nope"));
     drop(rx);
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     let mut t = tx.open_tree("t").unwrap();
     assert!(matches!(t.insert(b"", b"v"), Err(Error::EmptyKey)));
     let long = vec![b'k'; PS];

@@ -496,7 +496,7 @@ fn fsize_child(path: &Path) {
     let mut n = 0u64;
     loop {
         let r = (|| {
-            let mut tx = db.begin_write()?;
+            let tx = db.begin_write()?;
             {
                 let mut t = tx.open_tree("t")?;
                 for i in n..n + 20 {

@@ -29,7 +29,7 @@ fn small_db(path: &PathBuf) -> (usize, u64) {
     )
     .unwrap();
     for i in 0..2u32 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("t")
             .unwrap()
             .insert(&i.to_be_bytes(), b"value")
@@ -76,7 +76,7 @@ fn a_meta_whose_pages_reach_past_16_tib_is_not_used() {
     let rx = db.begin_read().unwrap();
     assert_eq!(rx.txid(), txid - 1, "open used the meta past 16 TiB");
     drop(rx);
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t").unwrap().insert(b"new", b"1").unwrap();
     tx.commit().unwrap();
     let rx = db.begin_read().unwrap();
@@ -105,7 +105,7 @@ fn a_commit_that_would_write_past_16_tib_fails_instead_of_being_unreadable() {
     }
     let db = Db::open(&path, Options::default().create(false)).unwrap();
     assert_eq!(db.begin_read().unwrap().txid(), txid);
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t").unwrap().insert(b"new", b"1").unwrap();
     let err = tx
         .commit()

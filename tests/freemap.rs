@@ -9,7 +9,7 @@ use larch::{Db, Durability, Options, Policy};
 fn pages_per_one_key_commit(db: &Db) -> f64 {
     // Let the freed pages be released and settle into the free map first.
     for i in 0..3u32 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("small")
             .unwrap()
             .insert(&i.to_be_bytes(), b"warm")
@@ -19,7 +19,7 @@ fn pages_per_one_key_commit(db: &Db) -> f64 {
     let before = db.io_stats();
     let commits = 20u32;
     for i in 0..commits {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("small")
             .unwrap()
             .insert(&(i % 7).to_be_bytes(), &[i as u8; 40])
@@ -38,7 +38,7 @@ fn with_free_pages(dir: &std::path::Path, free: u64) -> Db {
         Options::default().policy(Policy::FirstFit),
     )
     .unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("small").unwrap();
         for i in 0..2000u32 {
@@ -58,7 +58,7 @@ fn with_free_pages(dir: &std::path::Path, free: u64) -> Db {
         tx.commit().unwrap();
     }
     // Live pages after the big ones, so the freed region is not a tail the file gives back.
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("tail").unwrap();
         for i in 0..3000u32 {
@@ -67,7 +67,7 @@ fn with_free_pages(dir: &std::path::Path, free: u64) -> Db {
     }
     tx.commit().unwrap();
     db.sync().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.delete_tree("big").unwrap();
     tx.commit().unwrap();
     db

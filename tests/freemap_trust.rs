@@ -25,7 +25,7 @@ fn fixture(dir: &std::path::Path) -> (Vec<u8>, Model) {
             .durability(Durability::Sync),
     )
     .unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut a = tx.open_tree("alpha").unwrap();
         for i in 0..200u32 {
@@ -41,7 +41,7 @@ fn fixture(dir: &std::path::Path) -> (Vec<u8>, Model) {
     }
     tx.commit().unwrap();
     // Free pages: rewrite part of alpha and drop a big value.
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut a = tx.open_tree("alpha").unwrap();
         for i in (0..200u32).step_by(7) {
@@ -318,7 +318,7 @@ fn cost_of_checking_the_free_map_at_open() {
             tx.commit().unwrap();
         }
         // Free pages: drop every tenth key.
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree("t").unwrap();
             for i in (0..keys).step_by(10) {

@@ -127,7 +127,7 @@ fn newest_meta(img: &[u8], ps: usize) -> Meta {
 }
 
 fn put(db: &Db, tree: &str, keys: std::ops::Range<u32>, vlen: usize) {
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree(tree).unwrap();
         for i in keys {
@@ -139,7 +139,7 @@ fn put(db: &Db, tree: &str, keys: std::ops::Range<u32>, vlen: usize) {
 }
 
 fn del(db: &Db, tree: &str, keys: impl Iterator<Item = u32>) {
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree(tree).unwrap();
         for i in keys {
@@ -163,7 +163,7 @@ fn open_file_seeds() -> Vec<(&'static str, Vec<u8>)> {
         put(db, "t", 0..80, 100); // three leaves under a branch, one commit
     });
     let small8 = engine_db(8192, |db| {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut x = tx.open_tree("x").unwrap();
             x.insert(b"big", &[7u8; 6000]).unwrap(); // a one-page overflow run

@@ -104,7 +104,7 @@ fn child_commit_loop() {
     let start = last_commit(&db);
     let stdout = std::io::stdout();
     for n in start + 1..start + 100_000 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_tree(DATA).unwrap();
             t.insert(&key(n), &value(n)).unwrap();

@@ -36,7 +36,7 @@ fn contents(db: &Db) -> Model {
 /// One commit overwriting every key of tree "t" (Null policy: the old pages all go dead),
 /// then wait for a compaction it started. The wait's result.
 fn overwrite_all(db: &Db, model: &mut Model, round: u32) -> larch::Result<()> {
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for i in 0..600u32 {
@@ -59,7 +59,7 @@ fn churn_until_switch(db: &Db, model: &mut Model) {
         round += 1;
     }
     for r in 0..3 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         let k = format!("after switch {r}").into_bytes();
         tx.open_tree("t").unwrap().insert(&k, b"new").unwrap();
         model.insert(k, b"new".to_vec());

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
 
-use larch::{Db, Durability, Error, Options, Policy, ReadTree, ReadTx, WriteMode, WriteTx};
+use larch::{
+    Db, Durability, Error, Options, Policy, ReadTree, ReadTx, Savepoint, WriteMode, WriteTx,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 
@@ -119,6 +121,54 @@ enum Op {
     DeleteTree {
         tree: usize,
     },
+    /// A range scan inside the write transaction (its own writes included), with `first`
+    /// and `last`.
+    TxRange {
+        tree: usize,
+        lo: Bound<Key>,
+        hi: Bound<Key>,
+        rev: bool,
+    },
+    /// `WriteTree::remove_range`.
+    RemoveSpan {
+        tree: usize,
+        lo: Bound<Key>,
+        hi: Bound<Key>,
+    },
+    /// `WriteTree::retain`, keeping entries whose (value length + key length) % `modulo` is
+    /// not zero.
+    Retain {
+        tree: usize,
+        modulo: u8,
+    },
+    /// `pop_first` or `pop_last`.
+    Pop {
+        tree: usize,
+        last: bool,
+    },
+    /// Walk a cursor (forward or back) from `from`: delete every `stride`-th entry it stands
+    /// on and give the others `val`.
+    CursorEdit {
+        tree: usize,
+        from: Option<Key>,
+        back: bool,
+        stride: u8,
+        val: Val,
+    },
+    /// Two trees open side by side: insert into both, read both.
+    SideBySide {
+        a: usize,
+        b: usize,
+        key: Key,
+        val: Val,
+    },
+    /// Take a savepoint in the write transaction.
+    Savepoint,
+    /// Roll back to the `which`-th savepoint taken (counting those a rollback discarded, which
+    /// must be refused).
+    RollbackTo {
+        which: u8,
+    },
 }
 
 fn alpha() -> impl Strategy<Value = u8> {
@@ -186,7 +236,19 @@ fn op() -> impl Strategy<Value = Op> {
         3 => Just(Op::Reopen),
         3 => Just(Op::Snapshot),
         2 => Just(Op::DropSnapshot),
-        2 => tree.prop_map(|tree| Op::DeleteTree { tree }),
+        2 => tree.clone().prop_map(|tree| Op::DeleteTree { tree }),
+        6 => (tree.clone(), bound(), bound(), any::<bool>())
+            .prop_map(|(tree, lo, hi, rev)| Op::TxRange { tree, lo, hi, rev }),
+        4 => (tree.clone(), bound(), bound())
+            .prop_map(|(tree, lo, hi)| Op::RemoveSpan { tree, lo, hi }),
+        2 => (tree.clone(), 2u8..5).prop_map(|(tree, modulo)| Op::Retain { tree, modulo }),
+        2 => (tree.clone(), any::<bool>()).prop_map(|(tree, last)| Op::Pop { tree, last }),
+        2 => (tree.clone(), prop::option::of(key()), any::<bool>(), 1u8..4, small_val())
+            .prop_map(|(tree, from, back, stride, val)| Op::CursorEdit { tree, from, back, stride, val }),
+        3 => (tree.clone(), tree.clone(), key(), small_val())
+            .prop_map(|(a, b, key, val)| Op::SideBySide { a, b, key, val }),
+        3 => Just(Op::Savepoint),
+        2 => (0u8..4).prop_map(|which| Op::RollbackTo { which }),
     ]
 }
 
@@ -398,10 +460,16 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
         let mut snapshots: Vec<(ReadTx, Model)> = Vec::new();
         let mut tx: Option<WriteTx<'_>> = None;
         let mut work = committed.clone();
+        // Savepoints of the open transaction, in the order taken, with the model state at
+        // each and whether a rollback discarded it.
+        let mut savepoints: Vec<(Savepoint, Model, bool)> = Vec::new();
         let mut reopen = false;
         while next < ops.len() {
             let i = next;
             next += 1;
+            if tx.is_none() {
+                savepoints.clear();
+            }
             let at = format!("op {i} ({:?})", ops[i]);
             match &ops[i] {
                 Op::Insert { tree, key, val } => {
@@ -554,6 +622,246 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                         "{}: tree_names in the write tx",
                         at
                     );
+                }
+                Op::TxRange { tree, lo, hi, rev } => {
+                    let name = TREES[*tree];
+                    let (lo, hi) = (bound_bytes(lo, max_key), bound_bytes(hi, max_key));
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let t = tx.open_tree(name).ck(&at)?;
+                    let it = t.range((as_slice(&lo), as_slice(&hi))).ck(&at)?;
+                    let matching = m.iter().filter(|(k, _)| in_bounds(k, &lo, &hi));
+                    let (got, want) = if *rev {
+                        (collect(it.rev(), &at)?, model_entries(matching.rev()))
+                    } else {
+                        (collect(it, &at)?, model_entries(matching))
+                    };
+                    same_entries(&got, &want, &at)?;
+                    // Both ends of one range meet in the middle without repeating an entry.
+                    let mut it = t.range((as_slice(&lo), as_slice(&hi))).ck(&at)?;
+                    let mut ends = Vec::new();
+                    loop {
+                        let (f, b) = (it.next(), it.next_back());
+                        if f.is_none() && b.is_none() {
+                            break;
+                        }
+                        ends.extend(
+                            f.into_iter()
+                                .chain(b)
+                                .map(|e| e.ck(&at).map(|(k, _)| k.to_vec())),
+                        );
+                    }
+                    let mut ends = ends.into_iter().collect::<Result<Vec<_>, _>>()?;
+                    ends.sort();
+                    let keys: Vec<Vec<u8>> = want.iter().map(|(k, _)| k.clone()).collect();
+                    let mut keys_sorted = keys.clone();
+                    keys_sorted.sort();
+                    prop_assert_eq!(ends, keys_sorted, "{}: front and back meeting", at);
+                    let first = t.first().ck(&at)?.map(|(k, v)| (k.to_vec(), v.to_vec()));
+                    prop_assert_eq!(
+                        first,
+                        m.iter().next().map(|(k, v)| (k.clone(), v.clone())),
+                        "{}: first",
+                        at
+                    );
+                    let last = t.last().ck(&at)?.map(|(k, v)| (k.to_vec(), v.to_vec()));
+                    prop_assert_eq!(
+                        last,
+                        m.iter().next_back().map(|(k, v)| (k.clone(), v.clone())),
+                        "{}: last",
+                        at
+                    );
+                }
+                Op::RemoveSpan { tree, lo, hi } => {
+                    let name = TREES[*tree];
+                    let (lo, hi) = (bound_bytes(lo, max_key), bound_bytes(hi, max_key));
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    let before = m.len();
+                    m.retain(|k, _| !in_bounds(k, &lo, &hi));
+                    let n = t.remove_range((as_slice(&lo), as_slice(&hi))).ck(&at)?;
+                    prop_assert_eq!(n, (before - m.len()) as u64, "{}: remove_range's count", at);
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                    same_entries(
+                        &collect(t.iter().ck(&at)?, &at)?,
+                        &model_entries(m.iter()),
+                        &at,
+                    )?;
+                }
+                Op::Retain { tree, modulo } => {
+                    let name = TREES[*tree];
+                    let keep = |k: &[u8], v: &[u8]| (k.len() + v.len()) % *modulo as usize != 0;
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    let before = m.len();
+                    m.retain(|k, v| keep(k, v));
+                    let n = t.retain(keep).ck(&at)?;
+                    prop_assert_eq!(n, (before - m.len()) as u64, "{}: retain's count", at);
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                }
+                Op::Pop { tree, last } => {
+                    let name = TREES[*tree];
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    let (got, want) = if *last {
+                        (t.pop_last().ck(&at)?, m.pop_last())
+                    } else {
+                        (t.pop_first().ck(&at)?, m.pop_first())
+                    };
+                    prop_assert_eq!(got, want, "{}: popped entry", at);
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                }
+                Op::CursorEdit {
+                    tree,
+                    from,
+                    back,
+                    stride,
+                    val,
+                } => {
+                    let name = TREES[*tree];
+                    let v = val.bytes();
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    let from = from.as_ref().map(|k| k.bytes(max_key));
+                    // The entries the walk visits, in its order.
+                    let visit: Vec<Vec<u8>> = match (&from, *back) {
+                        (None, false) => m.keys().cloned().collect(),
+                        (None, true) => m.keys().rev().cloned().collect(),
+                        (Some(f), false) => m.range(f.clone()..).map(|(k, _)| k.clone()).collect(),
+                        (Some(f), true) => m
+                            .range(f.clone()..)
+                            .map(|(k, _)| k.clone())
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev()
+                            .collect(),
+                    };
+                    let mut c = t.cursor();
+                    let mut step = 0usize;
+                    let mut seen = Vec::new();
+                    let mut cur = match (&from, *back) {
+                        (None, false) => c.next().ck(&at)?.map(|(k, _)| k.to_vec()),
+                        (None, true) => c.prev().ck(&at)?.map(|(k, _)| k.to_vec()),
+                        (Some(f), false) => c.seek(f).ck(&at)?.map(|(k, _)| k.to_vec()),
+                        (Some(_), true) => c.last().ck(&at)?.map(|(k, _)| k.to_vec()),
+                    };
+                    while let Some(k) = cur {
+                        if let Some(f) = &from {
+                            if *back && k < *f {
+                                break;
+                            }
+                        }
+                        seen.push(k.clone());
+                        if step % *stride as usize == 0 {
+                            prop_assert!(c.delete_current().ck(&at)?, "{}: delete_current", at);
+                            prop_assert_eq!(
+                                c.current().ck(&at)?,
+                                None,
+                                "{}: current after delete",
+                                at
+                            );
+                            m.remove(&k);
+                        } else {
+                            c.put_current(&v).ck(&at)?;
+                            let now = c.current().ck(&at)?.map(|(k, v)| (k.to_vec(), v.to_vec()));
+                            prop_assert_eq!(
+                                now,
+                                Some((k.clone(), v.clone())),
+                                "{}: current after put",
+                                at
+                            );
+                            m.insert(k.clone(), v.clone());
+                        }
+                        step += 1;
+                        cur = if *back { c.prev() } else { c.next() }
+                            .ck(&at)?
+                            .map(|(k, _)| k.to_vec());
+                    }
+                    prop_assert_eq!(seen, visit, "{}: entries the cursor visited", at);
+                    drop(c);
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                }
+                Op::SideBySide { a, b, key, val } => {
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let (k, v) = (key.bytes(max_key), val.bytes());
+                    let ta = tx.open_tree(TREES[*a]);
+                    if a == b {
+                        // A tree is open once at a time.
+                        let mut ta = ta.ck(&at)?;
+                        match tx.open_tree(TREES[*b]) {
+                            Err(Error::TreeAlreadyOpen(n)) if n == TREES[*b] => {}
+                            other => prop_assert!(
+                                false,
+                                "{}: second open gave {:?}",
+                                at,
+                                other.map(|_| ())
+                            ),
+                        }
+                        ta.insert(&k, &v).ck(&at)?;
+                        work.entry(TREES[*a].to_string())
+                            .or_default()
+                            .insert(k.clone(), v.clone());
+                    } else {
+                        let mut ta = ta.ck(&at)?;
+                        let mut tb = tx.open_tree(TREES[*b]).ck(&at)?;
+                        let v2: Vec<u8> = v.iter().rev().copied().collect();
+                        ta.insert(&k, &v).ck(&at)?;
+                        tb.insert(&k, &v2).ck(&at)?;
+                        let (ga, gb) = (ta.get(&k).ck(&at)?, tb.get(&k).ck(&at)?);
+                        prop_assert!(
+                            ga == Some(&v[..]) && gb == Some(&v2[..]),
+                            "{}: side by side reads",
+                            at
+                        );
+                        work.entry(TREES[*a].to_string())
+                            .or_default()
+                            .insert(k.clone(), v);
+                        work.entry(TREES[*b].to_string()).or_default().insert(k, v2);
+                    }
+                }
+                Op::Savepoint => {
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    savepoints.push((tx.savepoint(), work.clone(), false));
+                }
+                Op::RollbackTo { which } => {
+                    let Some(tx) = tx.as_mut() else { continue };
+                    if savepoints.is_empty() {
+                        continue;
+                    }
+                    let j = *which as usize % savepoints.len();
+                    let r = tx.rollback_to(&savepoints[j].0);
+                    if savepoints[j].2 {
+                        prop_assert!(
+                            matches!(r, Err(Error::InvalidSavepoint)),
+                            "{}: a discarded savepoint was accepted",
+                            at
+                        );
+                    } else {
+                        r.ck(&at)?;
+                        work = savepoints[j].1.clone();
+                        for later in &mut savepoints[j + 1..] {
+                            later.2 = true;
+                        }
+                        let names = tx.tree_names().ck(&at)?;
+                        prop_assert_eq!(
+                            names,
+                            work.keys().cloned().collect::<Vec<_>>(),
+                            "{}: tree_names after rollback",
+                            at
+                        );
+                        for (name, m) in &work {
+                            let t = tx.open_tree(name).ck(&at)?;
+                            same_entries(
+                                &collect(t.iter().ck(&at)?, &at)?,
+                                &model_entries(m.iter()),
+                                &format!("{at}: tree {name:?} after rollback"),
+                            )?;
+                        }
+                    }
                 }
                 Op::Commit(d) => {
                     let mut t = match tx.take() {

@@ -38,7 +38,7 @@ fn every_reader_sees_its_snapshot_while_the_writer_reuses_pages(mode: WriteMode)
     let opts = Options::default().policy(Policy::FirstFit).write_mode(mode);
     let db = Db::open(dir.path().join("readers.larch"), opts).unwrap();
     let commit_all = |db: &Db| {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         let v = value_for(tx.txid());
         {
             let mut t = tx.open_tree(TREE).unwrap();

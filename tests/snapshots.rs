@@ -55,7 +55,7 @@ fn bank_transfers_keep_total_constant_for_every_reader(mode: WriteMode) {
         Options::default().policy(Policy::FirstFit).write_mode(mode),
     )
     .unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("bank").unwrap();
         for i in 0..ACCOUNTS {
@@ -198,7 +198,7 @@ fn old_snapshot_keeps_exact_view_while_writer_rewrites_everything(mode: WriteMod
     .unwrap();
     const KEYS: u32 = 2_000;
     let key = |k: u32| format!("key{k:06}").into_bytes();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("t").unwrap();
         for k in 0..KEYS {
@@ -299,7 +299,7 @@ fn old_snapshot_keeps_exact_view_while_writer_rewrites_everything(mode: WriteMod
     drop(slices);
     drop(rx);
     for round in 32..=34u32 {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_tree("t")
             .unwrap()
             .insert(&key(1), &value_for(1, round))
@@ -336,7 +336,7 @@ fn db_is_send_sync_and_read_tx_moves_to_another_thread() {
 
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path().join("threads.larch"), Options::default()).unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     for t in 0..4 {
         let mut w = tx.open_tree(&format!("tree{t}")).unwrap();
         for k in 0..500u32 {
@@ -351,7 +351,7 @@ fn db_is_send_sync_and_read_tx_moves_to_another_thread() {
 
     // A snapshot taken here, then changed under it, then read on another thread.
     let rx = db.begin_read().unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("tree0")
         .unwrap()
         .insert(b"k0000", b"changed")
@@ -408,14 +408,14 @@ fn db_is_send_sync_and_read_tx_moves_to_another_thread() {
 fn reader_on_another_thread_is_not_blocked_by_an_open_write_tx() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path().join("rw.larch"), Options::default()).unwrap();
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t")
         .unwrap()
         .insert(b"k", b"committed")
         .unwrap();
     tx.commit().unwrap();
 
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("t")
         .unwrap()
         .insert(b"k", b"uncommitted")
@@ -455,7 +455,7 @@ fn reader_on_another_thread_is_not_blocked_by_an_open_write_tx() {
 fn second_begin_write_waits_until_the_first_commits() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path().join("w.larch"), Options::default()).unwrap();
-    let mut first = db.begin_write().unwrap();
+    let first = db.begin_write().unwrap();
     first.open_tree("t").unwrap().insert(b"n", b"1").unwrap();
     let first_txid = first.txid();
 
@@ -464,7 +464,7 @@ fn second_begin_write_waits_until_the_first_commits() {
     let (seen_n, second_txid) = std::thread::scope(|s| {
         let second = s.spawn(|| {
             started.store(true, Ordering::SeqCst);
-            let mut tx = db.begin_write().unwrap();
+            let tx = db.begin_write().unwrap();
             acquired.store(true, Ordering::SeqCst);
             // It must see the first writer's commit: it began after it.
             let n = tx
@@ -508,7 +508,7 @@ fn second_begin_write_waits_until_the_first_commits() {
 fn second_begin_write_after_abort_sees_only_committed_state() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path().join("wa.larch"), Options::default()).unwrap();
-    let mut first = db.begin_write().unwrap();
+    let first = db.begin_write().unwrap();
     first
         .open_tree("t")
         .unwrap()
@@ -517,7 +517,7 @@ fn second_begin_write_after_abort_sees_only_committed_state() {
     let acquired = AtomicBool::new(false);
     let seen = std::thread::scope(|s| {
         let second = s.spawn(|| {
-            let mut tx = db.begin_write().unwrap();
+            let tx = db.begin_write().unwrap();
             acquired.store(true, Ordering::SeqCst);
             let names = tx.tree_names().unwrap();
             let n = tx

@@ -228,7 +228,7 @@ impl EngineFactory for LarchFactory {
             Err(larch_engine::Error::TreeNotFound(_))
         );
         if missing {
-            let mut tx = db.begin_write()?;
+            let tx = db.begin_write()?;
             tx.open_tree(TREE)?;
             tx.commit()?;
         }

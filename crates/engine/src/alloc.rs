@@ -5,7 +5,7 @@
 //! a committed page stays pending under the transaction's txid (or reader-pinned, unpinned.rs)
 //! until no reader and no crash fallback can reach it (docs/format.md, invariant 1).
 
-use crate::write::WriteTx;
+use crate::write::Txn;
 use crate::{PageId, TxId};
 
 /// What to undo if the transaction does not commit.
@@ -21,7 +21,7 @@ pub(crate) enum Undo {
     ReaderFreed(PageId, u64),
 }
 
-impl WriteTx<'_> {
+impl Txn {
     /// `n` contiguous pages this transaction may write.
     pub(crate) fn alloc(&mut self, n: u64) -> PageId {
         let got = if self.compacting {
@@ -57,7 +57,7 @@ impl WriteTx<'_> {
         self.free_written(p, n, written);
     }
 
-    /// [`WriteTx::free_committed`] of pages whose header (already read) says `written`
+    /// [`Txn::free_committed`] of pages whose header (already read) says `written`
     /// wrote them.
     pub(crate) fn free_written(&mut self, p: PageId, n: u64, written: TxId) {
         // Written after the last durable commit: only readers can reach it (unpinned.rs).
@@ -73,26 +73,46 @@ impl WriteTx<'_> {
         }
     }
 
-    /// Pages this transaction allocated and no longer needs: reusable at once.
+    /// Pages this transaction allocated and no longer needs: reusable at once, unless a
+    /// savepoint may still need them. An overflow run is written when its value is inserted,
+    /// so a run allocated before a savepoint, freed after it and reused would be overwritten
+    /// under the entry a rollback brings back; such pages wait for the commit (`held_fresh`).
     pub(crate) fn free_fresh(&mut self, p: PageId, n: u64) {
-        self.writer.free.policy.insert(p, n);
+        if self.savepoints.is_empty() {
+            self.writer.free.policy.insert(p, n);
+        } else {
+            self.held_fresh.push((p, n));
+        }
         self.undo.push(Undo::FreshFreed(p, n));
         for i in 0..n {
             self.freemap_changes.insert(p + i, true);
         }
     }
 
-    /// Put the free-space state back as it was when the transaction began.
+    /// Put the free-space state back as it was when the transaction began, and drop every
+    /// dirty node.
     pub(crate) fn rollback(&mut self) {
-        let base_high_water = self.base.meta.high_water;
+        self.undo_to(0, self.base.meta.high_water);
+        self.held_fresh.clear();
+        self.park();
+        for t in &mut self.trees {
+            t.nodes.clear();
+        }
+        self.freemap_changes.clear();
+    }
+
+    /// Undo the allocations and frees logged after the first `len` entries of the undo log,
+    /// and lower the high-water mark back to `high_water` (its value when the log was `len`
+    /// long): the free-space state of that moment (a savepoint, or the transaction's start).
+    pub(crate) fn undo_to(&mut self, len: usize, high_water: PageId) {
         let txid = self.txid;
         let writer = &mut *self.writer;
         let free = &mut writer.free;
-        for u in self.undo.drain(..).rev() {
+        for u in self.undo.drain(len..).rev() {
             match u {
                 Undo::Alloc(p, n) => {
-                    if p < base_high_water {
-                        free.policy.insert(p, n.min(base_high_water - p));
+                    if p < high_water {
+                        free.policy.insert(p, n.min(high_water - p));
                     }
                 }
                 Undo::FreshFreed(p, n) => {
@@ -110,10 +130,8 @@ impl WriteTx<'_> {
                 }
             }
         }
-        free.policy.truncate(base_high_water);
-        self.nodes.clear();
-        self.freemap_changes.clear();
-        self.high_water = base_high_water;
+        free.policy.truncate(high_water);
+        self.high_water = high_water;
     }
 
     /// Lower the high-water mark over a run of reusable pages at the end of the file. Only

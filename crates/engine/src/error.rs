@@ -111,6 +111,13 @@ pub enum Error {
     InvalidOption(String),
     /// A background compaction did not finish (the old file stays in use).
     Compaction(String),
+    /// `WriteTx::open_tree` of a tree that is already open in that transaction.
+    TreeAlreadyOpen(String),
+    /// `WriteTx::rollback_to` a savepoint of another transaction, or one that a rollback to
+    /// an earlier savepoint discarded.
+    InvalidSavepoint,
+    /// A `WriteCursor` change with no entry under the cursor.
+    NoCurrentEntry,
 }
 
 /// One thing wrong with the file, as `check` reports it.
@@ -247,6 +254,14 @@ impl fmt::Display for Error {
             }
             Error::InvalidOption(why) => write!(f, "invalid option: {why}"),
             Error::Compaction(why) => write!(f, "background compaction failed: {why}"),
+            Error::TreeAlreadyOpen(name) => {
+                write!(f, "tree {name:?} is already open in this transaction")
+            }
+            Error::InvalidSavepoint => write!(
+                f,
+                "the savepoint belongs to another transaction or was discarded by a rollback to an earlier one"
+            ),
+            Error::NoCurrentEntry => write!(f, "the cursor does not stand on an entry"),
         }
     }
 }

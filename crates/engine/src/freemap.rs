@@ -12,7 +12,7 @@ use larch_pager::{Meta, PageRole};
 use crate::cursor::Range;
 use crate::error::{Error, Result};
 use crate::view::View;
-use crate::write::{WriteTx, FREEMAP};
+use crate::write::{Txn, FREEMAP};
 use crate::PageId;
 
 /// Bytes of a chunk value.
@@ -125,7 +125,7 @@ pub fn load(view: &View<'_>, meta: &Meta, free: &mut FreeSpace) -> Result<()> {
 const NOT_FOR_WRITING: &str =
     "the file cannot be opened for writing: open it read-only and copy the data out (larch compact SRC DST)";
 
-impl WriteTx<'_> {
+impl Txn {
     /// Write the bits this transaction changed into the free map. Changing the free map
     /// copies its pages, which changes more bits; repeat until nothing changes (every touched
     /// free-map page is dirty by then, so this ends in a few rounds).

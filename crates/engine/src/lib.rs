@@ -27,12 +27,14 @@ mod options;
 mod read;
 mod readers;
 mod relocate;
+mod remove_range;
 mod stats;
 mod typed;
 mod unpinned;
 mod view;
 mod walk;
 mod write;
+mod write_tree;
 
 pub use check::CheckReport;
 pub use compact::CompactReport;
@@ -44,13 +46,14 @@ pub use fs::{CompactionFs, RealFs};
 #[cfg(feature = "test-hooks")]
 pub use larch_pager::{FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode};
-pub use read::{ReadTree, ReadTx};
+pub use read::{OwnedReadTree, ReadTree, ReadTx};
 pub use stats::{Stats, TreeStats};
 pub use typed::{
     DecodeError, Key, MultimapTable, MultimapValues, PrefixKey, ReadMultimapTable, ReadTable,
     Table, TableRange, Value, WriteMultimapTable, WriteTable,
 };
-pub use write::{WriteTree, WriteTx};
+pub use write::{Savepoint, WriteTx};
+pub use write_tree::{WriteCursor, WriteRange, WriteTree};
 
 /// A page number.
 pub type PageId = u64;

@@ -12,10 +12,10 @@ use crate::error::{Error, Result};
 use crate::node::{Child, Node, NodeIdx, Run, Val};
 use crate::node_page::{ValRef, OVERFLOW_HEADER};
 use crate::view::{View, MAX_DEPTH};
-use crate::write::{TreeIdx, WriteTx};
+use crate::write::{TreeIdx, Txn};
 
 /// A node that split: the separator and the new right node.
-type Split = Option<(Vec<u8>, NodeIdx)>;
+pub(crate) type Split = Option<(Vec<u8>, NodeIdx)>;
 
 /// What an insert below a node did: whether the key existed, and how the node split.
 type Inserted = (bool, Split);
@@ -26,7 +26,7 @@ pub(crate) fn separator(left: &[u8], right: &[u8]) -> Vec<u8> {
     right[..(common + 1).min(right.len())].to_vec()
 }
 
-impl WriteTx<'_> {
+impl Txn {
     fn limits_check(&self, key: &[u8], value_len: usize) -> Result<()> {
         if key.is_empty() {
             return Err(Error::EmptyKey);
@@ -68,6 +68,7 @@ impl WriteTx<'_> {
     /// Read `key` in tree `t`, through dirty nodes and committed pages alike.
     pub(crate) fn get_in(&self, t: TreeIdx, key: &[u8]) -> Result<Option<&[u8]>> {
         let tree = &self.trees[t];
+        let nodes = self.arena(t);
         let Some(mut cur) = tree.root else {
             return Ok(None);
         };
@@ -81,7 +82,7 @@ impl WriteTx<'_> {
         loop {
             match cur {
                 Child::Node(i) => {
-                    let n = &self.nodes[i];
+                    let n = &nodes[i];
                     if n.leaf {
                         return match n.search(key) {
                             Ok(j) => match n.val(j) {
@@ -118,6 +119,7 @@ impl WriteTx<'_> {
     /// Insert or overwrite; true if the key existed.
     pub(crate) fn insert(&mut self, t: TreeIdx, key: &[u8], value: &[u8]) -> Result<bool> {
         self.limits_check(key, value.len())?;
+        self.activate(t);
         let role = self.trees[t].role;
         let val = if self.limits.inline(key.len(), value.len()) {
             Val::Inline(value)
@@ -190,7 +192,7 @@ impl WriteTx<'_> {
     /// Split an overfull node in two; returns the separator and the new right node. With
     /// `fill_left` (an append at the end) the left node keeps as much as fits, so keys loaded
     /// in order fill their pages; otherwise the halves are as even as possible.
-    fn split(&mut self, id: NodeIdx, fill_left: bool) -> (Vec<u8>, NodeIdx) {
+    pub(crate) fn split(&mut self, id: NodeIdx, fill_left: bool) -> (Vec<u8>, NodeIdx) {
         let cap = self.limits.capacity;
         let n = &self.nodes[id];
         let sizes: Vec<usize> = (0..n.len()).map(|i| n.entry_size(i)).collect();
@@ -244,7 +246,7 @@ impl WriteTx<'_> {
         (sep, self.nodes.len() - 1)
     }
 
-    fn free_value(&mut self, v: Option<Run>) {
+    pub(crate) fn free_value(&mut self, v: Option<Run>) {
         if let Some(Run { page, len, fresh }) = v {
             let n = self.limits.overflow_pages(len);
             if fresh {
@@ -294,6 +296,7 @@ impl WriteTx<'_> {
         if key.is_empty() || self.get_in(t, key)?.is_none() {
             return Ok(false);
         }
+        self.activate(t);
         let role = self.trees[t].role;
         let Some(r) = self.trees[t].root else {
             return Ok(false);
@@ -308,7 +311,13 @@ impl WriteTx<'_> {
             // Rebalancing below lengthened a separator until the root overflowed: grow a level.
             self.grow_root(t, root, sep, right);
         }
-        // Shrink the root: a branch with one child gives way to it; an empty root empties the tree.
+        self.shrink_root(t);
+        Ok(true)
+    }
+
+    /// Shrink the root: a branch with one child gives way to it; an empty root empties the
+    /// tree.
+    pub(crate) fn shrink_root(&mut self, t: TreeIdx) {
         while let Some(Child::Node(idx)) = self.trees[t].root {
             let n = &self.nodes[idx];
             let page = n.page;
@@ -328,11 +337,10 @@ impl WriteTx<'_> {
             }
             break;
         }
-        Ok(true)
     }
 
     /// A new root over `left` and `right`.
-    fn grow_root(&mut self, t: TreeIdx, left: NodeIdx, sep: Vec<u8>, right: NodeIdx) {
+    pub(crate) fn grow_root(&mut self, t: TreeIdx, left: NodeIdx, sep: Vec<u8>, right: NodeIdx) {
         let role = self.trees[t].role;
         let page = self.alloc(1);
         let mut n = Node::empty(page, false, role);
@@ -386,7 +394,7 @@ impl WriteTx<'_> {
     }
 
     /// Remove child `i` (a dirty node with no entries) from branch `parent`.
-    fn drop_child(&mut self, parent: NodeIdx, i: usize) {
+    pub(crate) fn drop_child(&mut self, parent: NodeIdx, i: usize) {
         let Child::Node(c) = self.nodes[parent].children[i] else {
             return;
         };
@@ -408,7 +416,7 @@ impl WriteTx<'_> {
 
     /// Child `i` of `parent` is under half full: merge it with a sibling if both fit one
     /// page, otherwise share entries evenly between the two.
-    fn rebalance(&mut self, parent: NodeIdx, i: usize) -> Result<()> {
+    pub(crate) fn rebalance(&mut self, parent: NodeIdx, i: usize) -> Result<()> {
         let (li, ri) = if i > 0 { (i - 1, i) } else { (i, i + 1) };
         let role = self.nodes[parent].role;
         let l = self.touch(self.nodes[parent].children[li], role)?;
@@ -451,8 +459,10 @@ impl WriteTx<'_> {
         Ok(())
     }
 
-    /// Free every page of a subtree (tree deletion).
-    pub(crate) fn free_subtree(&mut self, root: Child, depth: u32, role: PageRole) -> Result<()> {
+    /// Free every page of a subtree (tree deletion, a range removal that covers it); returns
+    /// how many entries it held.
+    pub(crate) fn free_subtree(&mut self, root: Child, depth: u32, role: PageRole) -> Result<u64> {
+        let mut entries = 0u64;
         let base = Arc::clone(&self.base);
         let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
         let mut stack = vec![(root, depth)];
@@ -470,6 +480,7 @@ impl WriteTx<'_> {
                     let n = self.nodes[i].clone();
                     self.nodes[i].live = false;
                     if n.leaf {
+                        entries += n.len() as u64;
                         for r in n.runs() {
                             self.free_value(Some(r));
                         }
@@ -481,6 +492,7 @@ impl WriteTx<'_> {
                 Child::Page(p) => {
                     let page = view.node(p, role)?;
                     if page.leaf {
+                        entries += page.count as u64;
                         for j in 0..page.count {
                             if let ValRef::Overflow { page: op, len } = page.entry(j)?.1 {
                                 let n = self.limits.overflow_pages(len);
@@ -496,6 +508,6 @@ impl WriteTx<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(entries)
     }
 }

@@ -13,61 +13,85 @@ use crate::view::View;
 use crate::TxId;
 
 /// A read transaction: sees exactly the state of the newest commit at `begin_read`, however
-/// many commits follow. Holds its pages from reuse until dropped.
-#[derive(Debug)]
+/// many commits follow. Holds its pages from reuse until dropped (and until every
+/// [`OwnedReadTree`] taken from it is dropped). Cloning it is cheap and reads the same
+/// snapshot.
+#[derive(Debug, Clone)]
 pub struct ReadTx {
+    hold: Arc<Registered>,
+}
+
+/// A snapshot registered in the reader table: unregistered when the last holder drops it.
+#[derive(Debug)]
+struct Registered {
     snap: Arc<ReadSnap>,
     /// The reader-table shard it is registered in.
     shard: usize,
 }
 
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.snap.inner.end_read(self.shard, self.snap.meta.txid);
+    }
+}
+
 impl ReadTx {
     pub(crate) fn new(snap: Arc<ReadSnap>, shard: usize) -> ReadTx {
-        ReadTx { snap, shard }
+        ReadTx {
+            hold: Arc::new(Registered { snap, shard }),
+        }
+    }
+
+    fn snap(&self) -> &ReadSnap {
+        &self.hold.snap
     }
 
     /// The commit this snapshot shows.
     pub fn txid(&self) -> TxId {
-        self.snap.meta.txid
+        self.snap().meta.txid
     }
 
     /// The file this snapshot reads.
     pub(crate) fn file(&self) -> &Arc<OpenFile> {
-        &self.snap.inner
+        &self.snap().inner
     }
 
     pub(crate) fn meta(&self) -> larch_pager::Meta {
-        self.snap.meta
+        self.snap().meta
     }
 
     pub(crate) fn view(&self) -> View<'_> {
         View::new(
-            &self.snap.map,
-            &self.snap.meta,
-            self.snap.inner.opts.verify_checksums,
+            &self.snap().map,
+            &self.snap().meta,
+            self.snap().inner.opts.verify_checksums,
         )
     }
 
     /// Open a tree for reading; an error if it does not exist.
     pub fn open_tree(&self, name: &str) -> Result<ReadTree<'_>> {
         let view = self.view();
-        let cached = self.snap.first_tree.get();
+        let cached = self.snap().first_tree.get();
         if let Some((n, root)) = cached {
             if **n == *name {
                 return Ok(ReadTree { view, root: *root });
             }
         }
         let v = view
-            .get(&self.snap.meta.catalog, PageRole::Catalog, name.as_bytes())?
+            .get(
+                &self.snap().meta.catalog,
+                PageRole::Catalog,
+                name.as_bytes(),
+            )?
             .ok_or_else(|| Error::TreeNotFound(name.to_string()))?;
         let root = TreeRoot::decode(v).ok_or_else(|| {
             Error::corrupt(
-                self.snap.meta.catalog.root,
+                self.snap().meta.catalog.root,
                 format!("catalog entry {name:?} is short"),
             )
         })?;
         if cached.is_none() {
-            let _ = self.snap.first_tree.set((name.into(), root));
+            let _ = self.snap().first_tree.set((name.into(), root));
         }
         Ok(ReadTree { view, root })
     }
@@ -76,7 +100,7 @@ impl ReadTx {
     pub fn tree_names(&self) -> Result<Vec<String>> {
         let range = Range::new(
             self.view(),
-            self.snap.meta.catalog,
+            self.snap().meta.catalog,
             PageRole::Catalog,
             Bound::Unbounded,
             Bound::Unbounded,
@@ -87,13 +111,102 @@ impl ReadTx {
     }
 }
 
-impl Drop for ReadTx {
-    fn drop(&mut self) {
-        self.snap.inner.end_read(self.shard, self.snap.meta.txid);
+/// A tree of a read transaction that owns its snapshot: keep it in a struct, send it to
+/// another thread, hold it as long as needed. Slices it returns borrow it.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = larch_engine::Db::open(dir.path().join("o.larch"), larch_engine::Options::default())?;
+/// # let tx = db.begin_write()?;
+/// # tx.open_tree("users")?.insert(b"alice", b"1")?;
+/// # tx.commit()?;
+/// struct Lookup {
+///     users: larch_engine::OwnedReadTree,
+/// }
+/// let lookup = Lookup { users: db.begin_read()?.open_tree_owned("users")? };
+/// assert_eq!(lookup.users.get(b"alice")?, Some(&b"1"[..]));
+/// # Ok::<(), larch_engine::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct OwnedReadTree {
+    tx: ReadTx,
+    root: TreeRoot,
+}
+
+impl ReadTx {
+    /// [`ReadTx::open_tree`], as a handle that keeps the snapshot alive by itself.
+    pub fn open_tree_owned(&self, name: &str) -> Result<OwnedReadTree> {
+        let root = self.open_tree(name)?.root;
+        Ok(OwnedReadTree {
+            tx: self.clone(),
+            root,
+        })
     }
 }
 
-/// A tree inside a read transaction. Slices it returns live as long as the transaction.
+impl OwnedReadTree {
+    /// The tree as a [`ReadTree`] borrowing this handle.
+    pub fn tree(&self) -> ReadTree<'_> {
+        ReadTree {
+            view: self.tx.view(),
+            root: self.root,
+        }
+    }
+
+    /// The snapshot this tree reads.
+    pub fn transaction(&self) -> &ReadTx {
+        &self.tx
+    }
+
+    /// See [`ReadTree::get`].
+    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>> {
+        self.tree().get(key)
+    }
+
+    /// See [`ReadTree::range`].
+    pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> Result<Range<'_>> {
+        self.tree().range(range)
+    }
+
+    /// See [`ReadTree::iter`].
+    pub fn iter(&self) -> Result<Range<'_>> {
+        self.tree().iter()
+    }
+
+    /// See [`ReadTree::first`].
+    pub fn first(&self) -> Result<Option<(&[u8], &[u8])>> {
+        self.tree().first()
+    }
+
+    /// See [`ReadTree::last`].
+    pub fn last(&self) -> Result<Option<(&[u8], &[u8])>> {
+        self.tree().last()
+    }
+
+    /// See [`ReadTree::len`].
+    pub fn len(&self) -> Result<u64> {
+        self.tree().len()
+    }
+
+    /// See [`ReadTree::is_empty`].
+    pub fn is_empty(&self) -> Result<bool> {
+        self.tree().is_empty()
+    }
+}
+
+/// A tree inside a read transaction. Slices it returns live as long as the transaction, and
+/// no longer:
+///
+/// ```compile_fail
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = larch_engine::Db::open(dir.path().join("r.larch"), larch_engine::Options::default()).unwrap();
+/// let value = {
+///     let rx = db.begin_read().unwrap();
+///     let t = rx.open_tree("t").unwrap();
+///     t.get(b"k").unwrap()
+/// }; // error: `rx` is dropped while `value` borrows it
+/// drop(value);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct ReadTree<'r> {
     view: View<'r>,

@@ -19,19 +19,21 @@ use crate::error::Result;
 use crate::node::{Child, Run};
 use crate::options::Durability;
 use crate::view::View;
-use crate::write::{WriteTx, CATALOG, FREEMAP};
+use crate::write::{Txn, CATALOG, FREEMAP};
 use crate::PageId;
 
-impl WriteTx<'_> {
+impl Txn {
     /// Rewrite every page of every tree that lies at or past `limit`.
     pub(crate) fn relocate_all(&mut self, limit: PageId) -> Result<()> {
         let names = self.tree_names()?;
         let mut trees = vec![CATALOG, FREEMAP];
         for name in names {
-            let i = self.open_tree(&name)?.index();
-            trees.push(i);
+            if let Some(i) = self.tree_index(&name, false)? {
+                trees.push(i);
+            }
         }
         for t in trees {
+            self.activate(t);
             let Some(root) = self.trees[t].root else {
                 continue;
             };
@@ -118,9 +120,9 @@ impl Db {
         let mut last_high_water = u64::MAX;
         let mut stalled = 0;
         for _round in 0..32 {
-            let mut tx = self.begin_write()?;
+            let mut tx = self.begin_write()?.into_txn();
             tx.compacting = true;
-            tx.set_durability(Durability::Sync);
+            tx.durability = Durability::Sync;
             let unreachable = tx.writer.unreachable_pages();
             let high_water = tx.high_water;
             let live = high_water.saturating_sub(unreachable);

@@ -5,11 +5,11 @@
 //! free map up to date; encode and write every dirty page; then, by durability, fdatasync /
 //! write the meta / fdatasync; finally publish the new snapshot to readers.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-
 use std::marker::PhantomData;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{ArcMutexGuard, RawMutex};
 
@@ -22,6 +22,7 @@ use crate::node::{Child, Node, NodeIdx};
 use crate::node_page::Limits;
 use crate::options::Durability;
 use crate::view::View;
+use crate::write_tree::WriteTree;
 use crate::{PageId, TxId};
 
 /// One tree as a write transaction sees it.
@@ -34,6 +35,11 @@ pub(crate) struct TreeState {
     pub depth: u32,
     pub dirty: bool,
     pub deleted: bool,
+    /// The tree's dirty nodes (`Child::Node(i)` is `nodes[i]`), while another tree's are in
+    /// `Txn::nodes` (`Txn::activate`).
+    pub nodes: Vec<Node>,
+    /// Lent to an open [`WriteTree`]: this entry is a placeholder until the tree is dropped.
+    pub lent: bool,
 }
 
 impl TreeState {
@@ -46,50 +52,69 @@ impl TreeState {
             depth: r.depth,
             dirty: false,
             deleted: false,
+            nodes: Vec::new(),
+            lent: false,
         }
     }
 }
 
-/// Index of a tree in `WriteTx::trees`: [`CATALOG`], [`FREEMAP`], then the named trees this
-/// transaction opened, in the order it opened them (`WriteTx::names` maps a name to its index).
+/// Index of a tree in `Txn::trees`: [`CATALOG`], [`FREEMAP`], then the named trees this
+/// transaction opened, in the order it opened them (`Txn::names` maps a name to its index).
 pub(crate) type TreeIdx = usize;
 
-/// Index of the catalog in `WriteTx::trees`.
+/// Index of the catalog in `Txn::trees`.
 pub(crate) const CATALOG: TreeIdx = 0;
-/// Index of the free map in `WriteTx::trees`.
+/// Index of the free map in `Txn::trees`.
 pub(crate) const FREEMAP: TreeIdx = 1;
+/// `Txn::active` when no tree's nodes are in `Txn::nodes`.
+const NO_TREE: TreeIdx = usize::MAX;
 
-/// A write transaction. Only one exists at a time; [`crate::Db::begin_write`] waits for the
-/// previous one to end. Dropping it without [`WriteTx::commit`] aborts it.
-pub struct WriteTx<'db> {
+/// Source of `Txn::serial`: tells savepoints of different transactions apart (txids repeat
+/// after an abort).
+static TX_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// The state and algorithms of a write transaction (this file, alloc.rs, mutate.rs,
+/// freemap.rs, relocate.rs). [`WriteTx`] is its public face: it lends trees out to
+/// [`WriteTree`] handles so several can be used side by side.
+pub(crate) struct Txn {
     pub(crate) db: Arc<OpenFile>,
     /// The writer lock, held for the transaction's life.
     pub(crate) writer: ArcMutexGuard<RawMutex, WriterState>,
     handle: Arc<Shared>,
-    _db: PhantomData<&'db Db>,
     pub(crate) base: Arc<Snapshot>,
     /// Latest map: covers overflow runs this transaction wrote past the old end of file.
     pub(crate) map: Arc<Map>,
     pub(crate) txid: TxId,
     pub(crate) high_water: PageId,
     pub(crate) limits: Limits,
+    /// The dirty nodes of tree `active` (the tree algorithms work on one tree at a time);
+    /// every other tree keeps its own in `TreeState::nodes`.
     pub(crate) nodes: Vec<Node>,
+    active: TreeIdx,
     pub(crate) trees: Vec<TreeState>,
     pub(crate) names: HashMap<String, TreeIdx>,
     pub(crate) undo: Vec<Undo>,
     /// Free-map bits to persist: page -> unreachable.
     pub(crate) freemap_changes: BTreeMap<PageId, bool>,
-    durability: Durability,
+    pub(crate) durability: Durability,
     /// In-place compaction: allocate the lowest free pages whatever the policy prefers, and
     /// give back any free tail of the file however short.
     pub(crate) compacting: bool,
-    done: bool,
+    pub(crate) done: bool,
     /// The newest meta open could pick after a crash, as of `begin` (it only grows: a page
     /// classified against an older value is re-checked when released, unpinned.rs).
     pub(crate) on_disk: TxId,
+    /// Unique per transaction, for savepoints.
+    serial: u64,
+    /// Savepoints that can still be rolled back to, oldest first.
+    pub(crate) savepoints: Vec<u64>,
+    /// Pages this transaction allocated and freed while a savepoint existed: reusable only
+    /// after the commit (`Txn::free_fresh`).
+    pub(crate) held_fresh: Vec<(PageId, u64)>,
+    next_savepoint: u64,
 }
 
-impl std::fmt::Debug for WriteTx<'_> {
+impl std::fmt::Debug for Txn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteTx")
             .field("txid", &self.txid)
@@ -98,8 +123,8 @@ impl std::fmt::Debug for WriteTx<'_> {
     }
 }
 
-impl<'db> WriteTx<'db> {
-    pub(crate) fn begin(handle: &'db Arc<Shared>) -> Result<WriteTx<'db>> {
+impl Txn {
+    pub(crate) fn begin(handle: &Arc<Shared>) -> Result<Txn> {
         // Wait for the writer lock of the current file; if background compaction replaced the
         // file meanwhile, start over on the new one.
         handle
@@ -145,9 +170,8 @@ impl<'db> WriteTx<'db> {
         let meta = base.meta;
         let limits = Limits::new(meta.page_size as usize);
         let map = db.pager.map();
-        Ok(WriteTx {
+        Ok(Txn {
             handle: handle.clone(),
-            _db: PhantomData,
             db,
             base,
             map,
@@ -155,6 +179,7 @@ impl<'db> WriteTx<'db> {
             high_water: meta.high_water,
             limits,
             nodes: Vec::new(),
+            active: NO_TREE,
             trees: vec![
                 TreeState::from_root(None, PageRole::Catalog, meta.catalog),
                 TreeState::from_root(None, PageRole::FreeMap, meta.freemap),
@@ -167,17 +192,38 @@ impl<'db> WriteTx<'db> {
             done: false,
             on_disk,
             writer,
+            serial: TX_SERIAL.fetch_add(1, Ordering::Relaxed),
+            savepoints: Vec::new(),
+            held_fresh: Vec::new(),
+            next_savepoint: 0,
         })
     }
 
-    /// The id this transaction will commit as.
-    pub fn txid(&self) -> TxId {
-        self.txid
+    /// Put the dirty nodes in `nodes` back with their tree.
+    pub(crate) fn park(&mut self) {
+        if self.active != NO_TREE {
+            self.trees[self.active].nodes = std::mem::take(&mut self.nodes);
+            self.active = NO_TREE;
+        }
     }
 
-    /// Override the database's durability for this commit.
-    pub fn set_durability(&mut self, d: Durability) {
-        self.durability = d;
+    /// Make tree `t`'s dirty nodes the ones in `nodes`, where the tree algorithms
+    /// (mutate.rs, relocate.rs) work on them.
+    pub(crate) fn activate(&mut self, t: TreeIdx) {
+        if self.active != t {
+            self.park();
+            self.nodes = std::mem::take(&mut self.trees[t].nodes);
+            self.active = t;
+        }
+    }
+
+    /// Tree `t`'s dirty nodes, wherever they are.
+    pub(crate) fn arena(&self, t: TreeIdx) -> &[Node] {
+        if self.active == t {
+            &self.nodes
+        } else {
+            &self.trees[t].nodes
+        }
     }
 
     /// A view of committed pages (as of this transaction's start).
@@ -191,25 +237,16 @@ impl<'db> WriteTx<'db> {
 
     /// A view that also covers overflow runs written by this transaction.
     pub(crate) fn fresh_view(&self) -> View<'_> {
-        let ps = self.limits.page_size as u64;
-        View {
-            map: &self.map,
-            page_size: self.limits.page_size,
-            high_water: (self.db.pager.file_len() / ps).min(self.high_water),
-            verify: false,
-        }
-    }
-
-    /// Abort: nothing this transaction did becomes visible. Same as dropping it.
-    pub fn abort(mut self) {
-        self.rollback();
-        self.done = true;
+        fresh_view(&self.map, &self.db, &self.limits, self.high_water)
     }
 
     // ---- trees ---------------------------------------------------------------------
 
-    fn tree_index(&mut self, name: &str, create: bool) -> Result<Option<TreeIdx>> {
+    pub(crate) fn tree_index(&mut self, name: &str, create: bool) -> Result<Option<TreeIdx>> {
         if let Some(&i) = self.names.get(name) {
+            if self.trees[i].lent {
+                return Err(Error::TreeAlreadyOpen(name.to_string()));
+            }
             if self.trees[i].deleted && !create {
                 return Ok(None);
             }
@@ -249,36 +286,26 @@ impl<'db> WriteTx<'db> {
         Ok(Some(i))
     }
 
-    /// Open (creating it if missing) the named tree for reading and writing.
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// let db = larch_engine::Db::open(dir.path().join("t.larch"), larch_engine::Options::default())?;
-    /// let mut tx = db.begin_write()?;
-    /// {
-    ///     let mut t = tx.open_tree("users")?;
-    ///     t.insert(b"alice", b"1")?;
-    ///     assert_eq!(t.get(b"alice")?, Some(&b"1"[..]));
-    /// }
-    /// tx.commit()?;
-    /// # Ok::<(), larch_engine::Error>(())
-    /// ```
-    pub fn open_tree(&mut self, name: &str) -> Result<WriteTree<'_, 'db>> {
-        let idx = self
-            .tree_index(name, true)?
-            .ok_or_else(|| Error::TreeNotFound(name.to_string()))?;
-        Ok(WriteTree { tx: self, idx })
+    /// Lend tree `t` (with its dirty nodes) to a [`WriteTree`].
+    pub(crate) fn lend(&mut self, t: TreeIdx) -> TreeState {
+        self.park();
+        let placeholder = TreeState {
+            lent: true,
+            ..TreeState::from_root(None, PageRole::Data, TreeRoot::default())
+        };
+        std::mem::replace(&mut self.trees[t], placeholder)
     }
 
-    /// Delete a tree and free all its pages. Returns false if it did not exist.
-    pub fn delete_tree(&mut self, name: &str) -> Result<bool> {
+    pub(crate) fn delete_tree(&mut self, name: &str) -> Result<bool> {
         let Some(idx) = self.tree_index(name, false)? else {
             return Ok(false);
         };
+        self.activate(idx);
         if let Some(root) = self.trees[idx].root {
             let depth = self.trees[idx].depth;
             self.free_subtree(root, depth, PageRole::Data)?;
         }
+        self.nodes.clear();
         let t = &mut self.trees[idx];
         t.root = None;
         t.entries = 0;
@@ -289,7 +316,7 @@ impl<'db> WriteTx<'db> {
     }
 
     /// Names of all trees, as this transaction sees them.
-    pub fn tree_names(&self) -> Result<Vec<String>> {
+    pub(crate) fn tree_names(&self) -> Result<Vec<String>> {
         let mut names = std::collections::BTreeSet::new();
         let view = self.base_view();
         let cat = self.base.meta.catalog;
@@ -303,13 +330,11 @@ impl<'db> WriteTx<'db> {
             let (k, _) = e?;
             names.insert(String::from_utf8_lossy(k).into_owned());
         }
-        for t in &self.trees[2..] {
-            if let Some(n) = &t.name {
-                if t.deleted {
-                    names.remove(n);
-                } else {
-                    names.insert(n.clone());
-                }
+        for (name, &i) in &self.names {
+            if self.trees[i].deleted {
+                names.remove(name);
+            } else {
+                names.insert(name.clone());
             }
         }
         Ok(names.into_iter().collect())
@@ -318,7 +343,7 @@ impl<'db> WriteTx<'db> {
     // ---- commit ----------------------------------------------------------------------
 
     /// Make the transaction's changes visible and, per its durability, durable.
-    pub fn commit(mut self) -> Result<()> {
+    pub(crate) fn commit(mut self) -> Result<()> {
         // Group commit: with other writers waiting, a Sync commit is written like an Async
         // one and made durable by the group's sync, after the writer lock is released.
         let follow = self.durability == Durability::Sync
@@ -362,8 +387,11 @@ impl<'db> WriteTx<'db> {
                 self.insert(CATALOG, name.as_bytes(), &root.encode())?;
             }
         }
-        // 2. Give back a free tail of the file, then persist the free-space state (touches
-        //    only the free map tree).
+        // 2. Pages held for savepoints are free now. Give back a free tail of the file, then
+        //    persist the free-space state (touches only the free map tree).
+        for (p, n) in std::mem::take(&mut self.held_fresh) {
+            self.writer.free.policy.insert(p, n);
+        }
         self.shrink_free_tail();
         self.save_free_map()?;
         let meta = Meta {
@@ -410,7 +438,7 @@ impl<'db> WriteTx<'db> {
         let root = match t.root {
             None => 0,
             Some(Child::Page(p)) => p,
-            Some(Child::Node(n)) => self.nodes[n].page,
+            Some(Child::Node(n)) => self.arena(i)[n].page,
         };
         TreeRoot {
             root,
@@ -426,17 +454,25 @@ impl<'db> WriteTx<'db> {
     fn write_dirty_pages(&mut self) -> Result<Vec<ManifestRun>> {
         let ps = self.limits.page_size;
         self.db.pager.ensure_pages(self.high_water)?;
-        let mut order: Vec<NodeIdx> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].live)
-            .collect();
-        order.sort_unstable_by_key(|&i| self.nodes[i].page);
+        self.park();
+        // (tree, node) of every live dirty node, in page order.
+        let mut order: Vec<(TreeIdx, NodeIdx)> = Vec::new();
+        for (t, tree) in self.trees.iter().enumerate() {
+            order.extend(
+                (0..tree.nodes.len())
+                    .filter(|&i| tree.nodes[i].live)
+                    .map(|i| (t, i)),
+            );
+        }
+        let trees = &self.trees;
+        order.sort_unstable_by_key(|&(t, i)| trees[t].nodes[i].page);
         // Filled by appending, so the buffer is never zeroed first.
         let mut buf = Vec::with_capacity(order.len() * ps);
-        let nodes = &self.nodes;
-        for &i in &order {
+        for &(t, i) in &order {
+            let nodes = &trees[t].nodes;
             nodes[i].encode(&mut buf, ps, self.txid, |n| nodes[n].page);
         }
-        let pages: Vec<PageId> = order.iter().map(|&i| self.nodes[i].page).collect();
+        let pages: Vec<PageId> = order.iter().map(|&(t, i)| trees[t].nodes[i].page).collect();
         // Write contiguous runs of pages with one vectored call each.
         let runs = contiguous_runs(&pages);
         for &(start, end) in &runs {
@@ -456,8 +492,8 @@ impl<'db> WriteTx<'db> {
             })
             .collect();
         let mut overflow_runs = 0;
-        for &i in &order {
-            for r in self.nodes[i].runs().filter(|r| r.fresh) {
+        for &(t, i) in &order {
+            for r in self.trees[t].nodes[i].runs().filter(|r| r.fresh) {
                 // Written when it was inserted: its checksum is in its first page's header.
                 let checksum = self
                     .fresh_view()
@@ -495,7 +531,7 @@ fn contiguous_runs(pages: &[PageId]) -> Vec<(usize, usize)> {
     runs
 }
 
-impl Drop for WriteTx<'_> {
+impl Drop for Txn {
     fn drop(&mut self) {
         if !self.done {
             self.rollback();
@@ -519,52 +555,221 @@ fn check_tree_name(name: &str, limits: &Limits) -> Result<()> {
     Ok(())
 }
 
-/// One tree inside a write transaction: reads see the transaction's own writes.
-pub struct WriteTree<'t, 'db> {
-    tx: &'t mut WriteTx<'db>,
-    idx: TreeIdx,
+/// A write transaction. Only one exists at a time; [`crate::Db::begin_write`] waits for the
+/// previous one to end. Dropping it without [`WriteTx::commit`] aborts it.
+///
+/// Trees are opened with `&self`, so several can be used side by side; each tree can be open
+/// once at a time. `WriteTx` is `Send`: it may be moved to another thread (or held across an
+/// `.await`) and committed there.
+pub struct WriteTx<'db> {
+    pub(crate) txn: RefCell<Txn>,
+    /// The commit this transaction started from: committed pages are read in place.
+    base: Arc<Snapshot>,
+    verify: bool,
+    limits: Limits,
+    _db: PhantomData<&'db Db>,
 }
 
-impl std::fmt::Debug for WriteTree<'_, '_> {
+impl std::fmt::Debug for WriteTx<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WriteTree")
-            .field("name", &self.tx.trees[self.idx].name)
+        f.debug_struct("WriteTx")
+            .field("txid", &(self.base.meta.txid + 1))
             .finish()
     }
 }
 
-impl WriteTree<'_, '_> {
-    pub(crate) fn index(&self) -> TreeIdx {
-        self.idx
+/// A point inside a write transaction to roll back to ([`WriteTx::savepoint`]). Costs a copy
+/// of the transaction's dirty pages in memory; nothing is written.
+#[derive(Debug)]
+pub struct Savepoint {
+    serial: u64,
+    id: u64,
+    saved: Saved,
+}
+
+/// What a savepoint restores.
+#[derive(Debug, Clone)]
+struct Saved {
+    trees: Vec<TreeState>,
+    names: HashMap<String, TreeIdx>,
+    undo_len: usize,
+    held_len: usize,
+    high_water: PageId,
+    freemap_changes: BTreeMap<PageId, bool>,
+}
+
+impl<'db> WriteTx<'db> {
+    pub(crate) fn begin(handle: &'db Arc<Shared>) -> Result<WriteTx<'db>> {
+        let txn = Txn::begin(handle)?;
+        Ok(WriteTx {
+            base: txn.base.clone(),
+            verify: txn.db.opts.verify_checksums,
+            limits: txn.limits,
+            txn: RefCell::new(txn),
+            _db: PhantomData,
+        })
     }
 
-    /// Insert or overwrite `key` with `value`.
-    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.tx.trees[self.idx].dirty = true;
-        self.tx.insert(self.idx, key, value).map(|_| ())
+    /// The transaction's state, for the crate's own maintenance (in-place compaction).
+    pub(crate) fn into_txn(self) -> Txn {
+        self.txn.into_inner()
     }
 
-    /// Remove `key`; true if it was there.
-    pub fn remove(&mut self, key: &[u8]) -> Result<bool> {
-        let removed = self.tx.remove(self.idx, key)?;
-        if removed {
-            self.tx.trees[self.idx].dirty = true;
+    /// The id this transaction will commit as.
+    pub fn txid(&self) -> TxId {
+        self.base.meta.txid + 1
+    }
+
+    /// Override the database's durability for this commit.
+    pub fn set_durability(&mut self, d: Durability) {
+        self.txn.get_mut().durability = d;
+    }
+
+    /// Open (creating it if missing) the named tree for reading and writing. Several trees
+    /// can be open at once; opening a tree that is already open is
+    /// [`Error::TreeAlreadyOpen`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = larch_engine::Db::open(dir.path().join("t.larch"), larch_engine::Options::default())?;
+    /// let tx = db.begin_write()?;
+    /// {
+    ///     let mut users = tx.open_tree("users")?;
+    ///     let mut by_age = tx.open_tree("by_age")?;
+    ///     users.insert(b"alice", b"42")?;
+    ///     by_age.insert(b"42/alice", b"")?;
+    ///     assert_eq!(users.get(b"alice")?, Some(&b"42"[..]));
+    /// }
+    /// tx.commit()?;
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn open_tree(&self, name: &str) -> Result<WriteTree<'_>> {
+        let mut txn = self.txn.borrow_mut();
+        let idx = txn
+            .tree_index(name, true)?
+            .ok_or_else(|| Error::TreeNotFound(name.to_string()))?;
+        let state = txn.lend(idx);
+        let (map, fresh_pages) = txn.fresh_map();
+        Ok(WriteTree {
+            txn: &self.txn,
+            base: &self.base,
+            verify: self.verify,
+            limits: self.limits,
+            idx,
+            state,
+            map,
+            fresh_pages,
+        })
+    }
+
+    /// Delete a tree and free all its pages. Returns false if it did not exist; an error if
+    /// it is open.
+    pub fn delete_tree(&self, name: &str) -> Result<bool> {
+        self.txn.borrow_mut().delete_tree(name)
+    }
+
+    /// Names of all trees, as this transaction sees them.
+    pub fn tree_names(&self) -> Result<Vec<String>> {
+        self.txn.borrow().tree_names()
+    }
+
+    /// Remember this point of the transaction: [`WriteTx::rollback_to`] undoes everything
+    /// done after it (inserts, removes, trees created or deleted) and keeps what came before.
+    /// Needs no open trees (the borrow checker sees to it).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), larch_engine::Options::default())?;
+    /// let mut tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"kept", b"1")?;
+    /// let sp = tx.savepoint();
+    /// tx.open_tree("t")?.insert(b"undone", b"2")?;
+    /// tx.rollback_to(&sp)?;
+    /// let t = tx.open_tree("t")?;
+    /// assert_eq!(t.get(b"kept")?, Some(&b"1"[..]));
+    /// assert_eq!(t.get(b"undone")?, None);
+    /// # drop(t);
+    /// tx.commit()?;
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn savepoint(&mut self) -> Savepoint {
+        let txn = self.txn.get_mut();
+        txn.park();
+        let id = txn.next_savepoint;
+        txn.next_savepoint += 1;
+        txn.savepoints.push(id);
+        Savepoint {
+            serial: txn.serial,
+            id,
+            saved: Saved {
+                trees: txn.trees.clone(),
+                names: txn.names.clone(),
+                undo_len: txn.undo.len(),
+                held_len: txn.held_fresh.len(),
+                high_water: txn.high_water,
+                freemap_changes: txn.freemap_changes.clone(),
+            },
         }
-        Ok(removed)
     }
 
-    /// The value of `key`, including this transaction's writes.
-    pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>> {
-        self.tx.get_in(self.idx, key)
+    /// Undo everything done after `sp`. `sp` stays valid (roll back to it again as often as
+    /// needed); savepoints taken after it are no longer valid. A savepoint of another
+    /// transaction, or one a rollback to an earlier savepoint made invalid, is
+    /// [`Error::InvalidSavepoint`].
+    pub fn rollback_to(&mut self, sp: &Savepoint) -> Result<()> {
+        let txn = self.txn.get_mut();
+        if sp.serial != txn.serial || !txn.savepoints.contains(&sp.id) {
+            return Err(Error::InvalidSavepoint);
+        }
+        txn.savepoints.retain(|&id| id <= sp.id);
+        txn.park();
+        let saved = sp.saved.clone();
+        txn.undo_to(saved.undo_len, saved.high_water);
+        txn.held_fresh.truncate(saved.held_len);
+        txn.trees = saved.trees;
+        txn.names = saved.names;
+        txn.freemap_changes = saved.freemap_changes;
+        Ok(())
     }
 
-    /// Number of entries (O(1)).
-    pub fn len(&self) -> Result<u64> {
-        Ok(self.tx.trees[self.idx].entries)
+    /// Make the transaction's changes visible and, per its durability, durable.
+    pub fn commit(self) -> Result<()> {
+        self.txn.into_inner().commit()
     }
 
-    /// True if the tree has no entries.
-    pub fn is_empty(&self) -> Result<bool> {
-        Ok(self.tx.trees[self.idx].entries == 0)
+    /// Abort: nothing this transaction did becomes visible. Same as dropping it.
+    pub fn abort(self) {
+        let mut txn = self.txn.into_inner();
+        txn.rollback();
+        txn.done = true;
+    }
+}
+
+impl Txn {
+    /// The latest map, and how many pages of it hold what this transaction wrote.
+    pub(crate) fn fresh_map(&self) -> (Arc<Map>, PageId) {
+        (self.map.clone(), self.fresh_pages())
+    }
+
+    /// How many pages of the latest map hold what this transaction wrote.
+    pub(crate) fn fresh_pages(&self) -> PageId {
+        let ps = self.limits.page_size as u64;
+        (self.db.pager.file_len() / ps).min(self.high_water)
+    }
+}
+
+/// A view of `map`'s first `pages` pages, unchecked (pages this transaction wrote).
+pub(crate) fn fresh_view<'a>(
+    map: &'a Map,
+    db: &OpenFile,
+    limits: &Limits,
+    high_water: PageId,
+) -> View<'a> {
+    let ps = limits.page_size as u64;
+    View {
+        map,
+        page_size: limits.page_size,
+        high_water: (db.pager.file_len() / ps).min(high_water),
+        verify: false,
     }
 }

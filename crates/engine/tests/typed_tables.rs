@@ -281,7 +281,7 @@ fn run(batches: &[Batch]) {
     let path = dir.path().join("typed.larch");
     let mut db = open(&path);
     {
-        let mut tx = db.begin_write().unwrap();
+        let tx = db.begin_write().unwrap();
         tx.open_table(&PAIRS).unwrap();
         tx.open_table(&WORDS).unwrap();
         tx.open_multimap_table(&TAGS).unwrap();
@@ -323,7 +323,7 @@ proptest! {
 fn a_tree_read_as_the_wrong_type_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir.path().join("t.larch"));
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_tree("raw").unwrap();
         t.insert(b"abc", b"\xff\xfe").unwrap();
@@ -368,7 +368,7 @@ fn byte_tables_read_the_same_bytes_as_the_byte_api() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir.path().join("t.larch"));
     const BYTES: Table<&[u8], &[u8]> = Table::new("b");
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_table(&BYTES)
         .unwrap()
         .insert(&b"k\0"[..], &b"v"[..])

@@ -299,7 +299,7 @@ fn write_and_recheck(db: &Db, before: Model, probes: &[Vec<u8>]) {
         }
     }
     let mut want = before;
-    let mut tx = db.begin_write().expect("begin_write on a clean file");
+    let tx = db.begin_write().expect("begin_write on a clean file");
     let names: Vec<String> = want.keys().cloned().chain(["fuzz".to_string()]).collect();
     let max_key = db.page_size() / 4;
     for (i, name) in names.iter().enumerate() {
@@ -671,7 +671,7 @@ fn check_recovered(path: &Path, trace: &Trace, ops: &[IoOp], k: usize, ctx: &str
     );
     drop(rx);
     // The recovered file takes new commits.
-    let mut tx = db.begin_write().unwrap();
+    let tx = db.begin_write().unwrap();
     tx.open_tree("after-cut")
         .unwrap()
         .insert(b"k", b"v")
@@ -715,7 +715,7 @@ fn build_base(page_size: usize) -> Base {
     )
     .expect("create the base database");
     let put = |tree: &str, keys: std::ops::Range<u32>, vlen: usize| {
-        let mut tx = db.begin_write().expect("begin_write");
+        let tx = db.begin_write().expect("begin_write");
         {
             let mut t = tx.open_tree(tree).expect("open_tree");
             for i in keys {
@@ -730,7 +730,7 @@ fn build_base(page_size: usize) -> Base {
     put("beta", 0..2, 3 * page_size);
     put("beta", 2..3, page_size / 2);
     put("gamma", 0..5, 10);
-    let mut tx = db.begin_write().expect("begin_write");
+    let tx = db.begin_write().expect("begin_write");
     {
         let mut a = tx.open_tree("alpha").expect("open_tree");
         for i in (0..150u32).step_by(5) {
@@ -1140,7 +1140,7 @@ const NEW_TREE: &str = "fuzz-new";
 /// engine returned an error (fine on a crafted file), true once the commit is acknowledged.
 fn write_some(db: &Db, want: &mut BTreeMap<String, Scan>, round: u8, clean: bool) -> bool {
     let ps = db.page_size();
-    let Ok(mut tx) = db.begin_write() else {
+    let Ok(tx) = db.begin_write() else {
         return false;
     };
     let mut edits: BTreeMap<String, BTreeMap<Vec<u8>, Option<Vec<u8>>>> = BTreeMap::new();

@@ -327,7 +327,7 @@ fn write_phase(db: &Db, a: &BenchArgs, order: &[u64]) -> Result<(), BenchError> 
     let start = Instant::now();
     for chunk in order.chunks(batch) {
         let t = Instant::now();
-        let mut tx = db.begin_write()?;
+        let tx = db.begin_write()?;
         {
             let mut tree = tx.open_tree(TREE)?;
             for &i in chunk {

@@ -101,7 +101,7 @@ pub fn put(a: PutArgs) -> CliResult {
     let value = arg_bytes("value", &a.value, a.hex)?;
     let db = crate::open::writable(&a.file, Options::default())?;
     let run = || -> Result<(), Error> {
-        let mut tx = db.begin_write()?;
+        let tx = db.begin_write()?;
         tx.open_tree(&a.tree.tree)?.insert(&key, &value)?;
         tx.commit()
     };
@@ -126,7 +126,7 @@ pub fn del(a: DelArgs) -> CliResult {
         )));
     }
     let run = || -> Result<bool, Error> {
-        let mut tx = db.begin_write()?;
+        let tx = db.begin_write()?;
         let removed = tx.open_tree(&a.tree.tree)?.remove(&key)?;
         if removed {
             tx.commit()?;

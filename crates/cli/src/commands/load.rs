@@ -112,8 +112,10 @@ fn load(db: &Db, a: &LoadArgs, input: &mut impl BufRead) -> CliResult {
             Some(t) => t,
             None => tx.insert(db.begin_write().map_err(|e| engine(path, e))?),
         };
-        let mut tree = t.open_tree(&a.tree.tree).map_err(|e| engine(path, e))?;
-        tree.insert(&key, &value).map_err(|e| bad(e.to_string()))?;
+        t.open_tree(&a.tree.tree)
+            .map_err(|e| engine(path, e))?
+            .insert(&key, &value)
+            .map_err(|e| bad(e.to_string()))?;
         in_batch += 1;
         progress.inc(1);
         if in_batch == a.batch {
@@ -131,7 +133,7 @@ fn load(db: &Db, a: &LoadArgs, input: &mut impl BufRead) -> CliResult {
         let t = match tx.take() {
             Some(t) => t,
             None => {
-                let mut t = db.begin_write().map_err(|e| engine(path, e))?;
+                let t = db.begin_write().map_err(|e| engine(path, e))?;
                 t.open_tree(&a.tree.tree).map_err(|e| engine(path, e))?;
                 t
             }

@@ -122,7 +122,7 @@ impl ReadTx {
     }
 }
 
-impl<'db> WriteTx<'db> {
+impl WriteTx<'_> {
     /// Open (creating it if missing) a multimap table for reading and writing.
     ///
     /// ```
@@ -139,9 +139,9 @@ impl<'db> WriteTx<'db> {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn open_multimap_table<K: Key, V: Key>(
-        &mut self,
+        &self,
         def: &MultimapTable<K, V>,
-    ) -> Result<WriteMultimapTable<'_, 'db, K, V>> {
+    ) -> Result<WriteMultimapTable<'_, K, V>> {
         Ok(WriteMultimapTable {
             tree: self.open_tree(def.name)?,
             name: def.name,
@@ -271,13 +271,13 @@ impl<'r, K: Key + 'r, V: Key + 'r> ReadMultimapTable<'r, K, V> {
 
 /// A multimap table inside a write transaction ([`WriteTx::open_multimap_table`]); reads
 /// see the transaction's own writes.
-pub struct WriteMultimapTable<'t, 'db, K: Key, V: Key> {
-    tree: WriteTree<'t, 'db>,
+pub struct WriteMultimapTable<'t, K: Key, V: Key> {
+    tree: WriteTree<'t>,
     name: &'static str,
     types: PhantomData<fn() -> (K, V)>,
 }
 
-impl<K: Key, V: Key> fmt::Debug for WriteMultimapTable<'_, '_, K, V> {
+impl<K: Key, V: Key> fmt::Debug for WriteMultimapTable<'_, K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriteMultimapTable")
             .field("name", &self.name)
@@ -285,7 +285,7 @@ impl<K: Key, V: Key> fmt::Debug for WriteMultimapTable<'_, '_, K, V> {
     }
 }
 
-impl<K: Key, V: Key> WriteMultimapTable<'_, '_, K, V> {
+impl<K: Key, V: Key> WriteMultimapTable<'_, K, V> {
     /// Add `value` to `key`'s values; true if it was not there already (then nothing is
     /// written).
     ///

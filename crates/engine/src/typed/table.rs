@@ -114,7 +114,7 @@ impl ReadTx {
     }
 }
 
-impl<'db> WriteTx<'db> {
+impl WriteTx<'_> {
     /// Open (creating it if missing) a typed table for reading and writing.
     ///
     /// ```
@@ -130,10 +130,7 @@ impl<'db> WriteTx<'db> {
     /// tx.commit()?;
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
-    pub fn open_table<K: Key, V: Value>(
-        &mut self,
-        def: &Table<K, V>,
-    ) -> Result<WriteTable<'_, 'db, K, V>> {
+    pub fn open_table<K: Key, V: Value>(&self, def: &Table<K, V>) -> Result<WriteTable<'_, K, V>> {
         Ok(WriteTable {
             tree: self.open_tree(def.name)?,
             name: def.name,
@@ -391,13 +388,13 @@ impl<'r, K: Key + 'r, V: Value + 'r> ReadTable<'r, K, V> {
 
 /// A typed table inside a write transaction ([`WriteTx::open_table`]); reads see the
 /// transaction's own writes.
-pub struct WriteTable<'t, 'db, K: Key, V: Value> {
-    tree: WriteTree<'t, 'db>,
+pub struct WriteTable<'t, K: Key, V: Value> {
+    tree: WriteTree<'t>,
     name: &'static str,
     types: PhantomData<fn() -> (K, V)>,
 }
 
-impl<K: Key, V: Value> fmt::Debug for WriteTable<'_, '_, K, V> {
+impl<K: Key, V: Value> fmt::Debug for WriteTable<'_, K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriteTable")
             .field("name", &self.name)
@@ -405,7 +402,7 @@ impl<K: Key, V: Value> fmt::Debug for WriteTable<'_, '_, K, V> {
     }
 }
 
-impl<K: Key, V: Value> WriteTable<'_, '_, K, V> {
+impl<K: Key, V: Value> WriteTable<'_, K, V> {
     /// Insert or overwrite `key` with `value`. A key that encodes to no bytes (an empty
     /// string, `()`) is refused with [`Error::EmptyKey`](crate::Error::EmptyKey).
     ///
