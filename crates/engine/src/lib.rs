@@ -54,7 +54,10 @@ pub type TxId = u64;
 /// Lower-level pieces for tools (the CLI's `pages`/`page`, tests, fuzzers).
 pub mod raw {
     pub use crate::freemap::{unreachable_runs, CHUNK_BYTES, CHUNK_PAGES};
-    pub use crate::node_page::{Limits, NodePage, ValRef, OVERFLOW_HEADER};
+    pub use crate::node_page::{
+        Limits, NodePage, ValRef, BRANCH_CELL, BRANCH_CHILD, FLAG_OVERFLOW, LEAF_CELL, LEAF_FLAGS,
+        LEAF_VLEN, OVERFLOW_HEADER, SLOT,
+    };
     pub use crate::view::View;
     pub use larch_pager::{
         node_run_checksum, run_checksum, stored_checksum, ManifestRun, Meta, PageHeader, PageRole,
