@@ -16,8 +16,8 @@ use parking_lot::{ArcMutexGuard, RawMutex};
 use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
 use crate::alloc::Undo;
-use crate::db::{Db, OpenFile, Shared, Snapshot, WriterState};
 use crate::error::{Error, Result};
+use crate::file::{OpenFile, Shared, Snapshot, WriterState};
 use crate::node::{Child, Node, NodeIdx};
 use crate::node_page::Limits;
 use crate::options::Durability;
@@ -66,7 +66,7 @@ pub struct WriteTx<'db> {
     /// The writer lock, held for the transaction's life.
     pub(crate) writer: ArcMutexGuard<RawMutex, WriterState>,
     handle: Arc<Shared>,
-    _db: PhantomData<&'db Db>,
+    _db: PhantomData<&'db Shared>,
     pub(crate) base: Arc<Snapshot>,
     /// Latest map: covers overflow runs this transaction wrote past the old end of file.
     pub(crate) map: Arc<Map>,
