@@ -13,27 +13,18 @@
 //! Tests that fail are `#[ignore]`d with a `// FAILS:` comment saying why.
 
 mod support;
-use support::{apply, apply_some, scratch_dir, Rng};
+use support::images::{contents, image_at, min_durable, normalize, takes_a_commit, Image, Model};
+use support::recording::{open_rw, Call, Fault, FaultPlan, IoLog, IoOp, Recording, SyncRecorded};
+use support::{scratch_dir, Rng};
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use larch::{Db, Durability, Options, Policy, Storage};
-
-type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
-
-#[derive(Clone, Debug)]
-enum IoOp {
-    Write { off: u64, data: Vec<u8> },
-    Sync,
-    SetLen(u64),
-}
+use larch::{Db, Durability, Options, Policy};
 
 /// A planned failure of the storage.
 #[derive(Clone, Copy, Debug, Default)]
@@ -47,7 +38,7 @@ struct Faults {
 
 #[derive(Debug, Default)]
 struct Shared {
-    ops: Mutex<Vec<IoOp>>,
+    ops: IoLog,
     faults: Mutex<Faults>,
 }
 
@@ -58,14 +49,6 @@ impl Shared {
     fn arm(&self, f: Faults) {
         *self.faults.lock().unwrap() = f;
     }
-}
-
-/// Applies every operation to a real file (the engine's map reads it) and records it.
-#[derive(Debug)]
-struct Rec {
-    file: File,
-    sh: Arc<Shared>,
-    sync_delay: Duration,
 }
 
 fn countdown(slot: &mut Option<usize>) -> bool {
@@ -82,63 +65,26 @@ fn countdown(slot: &mut Option<usize>) -> bool {
     }
 }
 
-impl Storage for Rec {
-    fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        let mut ops = self.sh.ops.lock().unwrap();
-        self.file.set_len(len)?;
-        ops.push(IoOp::SetLen(len));
-        Ok(())
-    }
-    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        let data = bufs.concat();
-        let fail = countdown(&mut self.sh.faults.lock().unwrap().write_in);
-        let mut ops = self.sh.ops.lock().unwrap();
-        if fail {
-            let half = data[..data.len() / 2].to_vec();
-            self.file.write_all_at(&half, offset)?;
-            ops.push(IoOp::Write {
-                off: offset,
-                data: half,
-            });
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+impl FaultPlan for Shared {
+    /// A failed write leaves its first half on disk (and in the trace).
+    fn fault(&self, call: Call) -> Option<Fault> {
+        let mut f = self.faults.lock().unwrap();
+        let eio = || io::Error::from_raw_os_error(libc::EIO);
+        match call {
+            Call::Write if countdown(&mut f.write_in) => Some(Fault::Short(eio())),
+            Call::Sync if countdown(&mut f.sync_in) => Some(Fault::Fail(eio())),
+            _ => None,
         }
-        self.file.write_all_at(&data, offset)?;
-        ops.push(IoOp::Write { off: offset, data });
-        Ok(())
-    }
-    fn sync(&self) -> io::Result<()> {
-        if countdown(&mut self.sh.faults.lock().unwrap().sync_in) {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        // Recorded when it starts: only writes made before the call are covered.
-        self.sh.ops.lock().unwrap().push(IoOp::Sync);
-        std::thread::sleep(self.sync_delay);
-        Ok(())
-    }
-    fn file(&self) -> &File {
-        &self.file
     }
 }
 
+/// Open `path` on a storage that applies every operation to the real file (the engine's map
+/// reads it) and records it; a sync is recorded when it starts, then takes `delay`.
 fn open_rec(path: &Path, sh: &Arc<Shared>, delay: Duration, opts: Options) -> Db {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    Db::open_with_storage(
-        path,
-        Box::new(Rec {
-            file,
-            sh: sh.clone(),
-            sync_delay: delay,
-        }),
-        opts,
-    )
-    .unwrap()
+    let storage = Recording::new(open_rw(path), &sh.ops)
+        .faults(sh.clone())
+        .sync_delay(delay, SyncRecorded::AtStart);
+    Db::open_with_storage(path, Box::new(storage), opts).unwrap()
 }
 
 /// Everything a run recorded.
@@ -152,102 +98,15 @@ struct Trace {
     opts: Options,
 }
 
-fn min_durable(trace: &Trace, k: usize) -> u64 {
-    let mut min = 0;
-    for &(done, txid, d) in &trace.acks {
-        if done > k {
-            continue;
-        }
-        match d {
-            Durability::Sync => min = min.max(txid),
-            Durability::NoMetaSync => {
-                if trace.ops[done..k].iter().any(|o| matches!(o, IoOp::Sync)) {
-                    min = min.max(txid);
-                }
-            }
-            Durability::Async => {}
-        }
-    }
-    min
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Image {
-    DurableOnly,
-    Everything,
-    Random(u64),
-    AllBut(usize),
-}
-
-fn build_image(trace: &Trace, k: usize, how: Image) -> Vec<u8> {
-    let last_sync = trace.ops[..k].iter().rposition(|o| matches!(o, IoOp::Sync));
-    let durable_end = last_sync.map_or(0, |i| i + 1);
-    let mut img = trace.initial.clone();
-    for op in &trace.ops[..durable_end] {
-        match op {
-            IoOp::Write { off, data } => apply(&mut img, *off, data),
-            IoOp::SetLen(len) => img.resize(*len as usize, 0),
-            IoOp::Sync => {}
-        }
-    }
-    let mut rng = match how {
-        Image::Random(seed) => Some(Rng(seed | 1)),
-        _ => None,
-    };
-    for (i, op) in trace.ops[durable_end..k].iter().enumerate() {
-        match (op, how) {
-            (_, Image::DurableOnly) => {}
-            (IoOp::Write { off, data }, Image::AllBut(j)) => {
-                if durable_end + i != j {
-                    apply(&mut img, *off, data)
-                }
-            }
-            (IoOp::Write { off, data }, Image::Everything) => apply(&mut img, *off, data),
-            (IoOp::SetLen(len), Image::Everything | Image::AllBut(_)) => {
-                img.resize(*len as usize, 0)
-            }
-            (IoOp::Write { off, data }, Image::Random(_)) => {
-                apply_some(&mut img, *off, data, rng.as_mut().unwrap());
-            }
-            (IoOp::SetLen(len), Image::Random(_)) => {
-                if rng.as_mut().unwrap().below(2) == 0 {
-                    img.resize(*len as usize, 0);
-                }
-            }
-            (IoOp::Sync, _) => {}
-        }
-    }
-    img
-}
-
-fn contents(db: &Db) -> Model {
-    let rx = db.begin_read().unwrap();
-    let mut m = Model::new();
-    for name in rx.tree_names().unwrap() {
-        let t = rx.open_tree(&name).unwrap();
-        let entries: BTreeMap<Vec<u8>, Vec<u8>> = t
-            .iter()
-            .unwrap()
-            .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
-            .collect::<Result<_, _>>()
-            .unwrap();
-        if !entries.is_empty() {
-            m.insert(name, entries);
-        }
-    }
-    m
-}
-
-fn normalize(m: &Model) -> Model {
-    m.iter()
-        .filter(|(_, t)| !t.is_empty())
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
 /// Open the image of a cut and check it; Err says what broke.
 fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path) -> Result<(), String> {
-    let img = build_image(trace, k, how);
+    let img = image_at(
+        &trace.initial,
+        &trace.ops,
+        k,
+        how,
+        trace.opts.get_page_size(),
+    );
     let path: PathBuf = dir.join("cut.larch");
     std::fs::write(&path, &img).unwrap();
     let ctx = format!("cut after {k} of {} ops, image {how:?}", trace.ops.len());
@@ -256,7 +115,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path) -> Result<(), Str
         db.check()
             .map_err(|e| format!("{ctx}: check failed: {e}"))?;
         let txid = db.begin_read().unwrap().txid();
-        let min = min_durable(trace, k);
+        let min = min_durable(&trace.acks, &trace.ops, k);
         if txid < min {
             return Err(format!(
                 "{ctx}: opened at txid {txid}, but txid {min} was acknowledged durable"
@@ -271,16 +130,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path) -> Result<(), Str
                 "{ctx}: contents at txid {txid} differ from that commit's"
             ));
         }
-        let tx = db.begin_write().unwrap();
-        tx.open_tree("after-crash")
-            .unwrap()
-            .insert(b"k", b"v")
-            .unwrap();
-        tx.commit()
-            .map_err(|e| format!("{ctx}: commit after recovery: {e}"))?;
-        db.check()
-            .map_err(|e| format!("{ctx}: check after a new commit failed: {e}"))?;
-        Ok(())
+        takes_a_commit(&db).map_err(|e| format!("{ctx}: {e}"))
     })();
     let _ = std::fs::remove_file(&path);
     r

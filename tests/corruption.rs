@@ -20,7 +20,10 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use larch::raw::{run_checksum, Limits, Meta, NodePage, PageHeader, PageRole, PageType, ValRef};
+use larch::raw::{
+    run_checksum, Limits, Meta, NodePage, PageHeader, PageRole, PageType, ValRef, BRANCH_CHILD,
+    FLAG_OVERFLOW, LEAF_CELL, LEAF_FLAGS, LEAF_VLEN, PAGE_HEADER_SIZE, SLOT,
+};
 use larch::{Db, Error, Options};
 
 const PS: usize = 4096;
@@ -320,7 +323,7 @@ fn u16_at(img: &[u8], at: usize) -> usize {
 /// Absolute offset of cell `i` of page `id`.
 fn cell(img: &[u8], id: u64, i: usize) -> usize {
     let base = id as usize * PS;
-    base + u16_at(img, base + 16 + 2 * i)
+    base + u16_at(img, base + PAGE_HEADER_SIZE + SLOT * i)
 }
 
 /// Recompute the crc32 of the run of `n` pages at `id`, so only the structure is wrong.
@@ -341,12 +344,33 @@ fn rewrite_meta(img: &mut [u8], slot: u64, f: impl FnOnce(&mut Meta)) {
     img[at..at + 128].copy_from_slice(&m.encode());
 }
 
+/// Set the u64 a leaf cell `c` of page `id` holds as its value (an overflow reference, or a
+/// catalog record's root) to `v`, with the crc recomputed so only the structure is wrong.
+fn set_value_u64(img: &mut [u8], id: u64, c: usize, v: u64) {
+    let klen = u16_at(img, c);
+    put_u64(img, c + LEAF_CELL + klen, v);
+    fix_crc(img, id, 1);
+}
+
+/// The first live data leaf with an overflow reference.
+fn overflow_leaf(f: &Fixture) -> u64 {
+    f.pages
+        .iter()
+        .find(|p| {
+            p.kind == Kind::DataLeaf
+                && (0..PageHeader::read(page(&f.image, p.id)).unwrap().count as usize)
+                    .any(|i| f.image[cell(&f.image, p.id, i) + LEAF_FLAGS] & FLAG_OVERFLOW != 0)
+        })
+        .unwrap()
+        .id
+}
+
 /// A leaf cell that holds an inline value / an overflow reference.
 fn leaf_cell(img: &[u8], id: u64, overflow: bool) -> usize {
     let n = PageHeader::read(page(img, id)).unwrap().count as usize;
     (0..n)
         .map(|i| cell(img, id, i))
-        .find(|&c| (img[c + 2] & 1 != 0) == overflow)
+        .find(|&c| (img[c + LEAF_FLAGS] & FLAG_OVERFLOW != 0) == overflow)
         .unwrap_or_else(|| panic!("page {id} has no cell with overflow = {overflow}"))
 }
 
@@ -723,7 +747,8 @@ fn a_flipped_byte_anywhere_in_a_live_page_is_reported_by_check_with_that_page() 
     targets.push(big);
     for p in &targets {
         let len = p.run as usize * PS;
-        let slots_end = 16 + 2 * PageHeader::read(page(&f.image, p.id)).unwrap().count as usize;
+        let slots_end = PAGE_HEADER_SIZE
+            + SLOT * PageHeader::read(page(&f.image, p.id)).unwrap().count as usize;
         let mut offsets = vec![0, 1, 2, 3, 4, 7, 8, 15, 16, 17, slots_end - 1, slots_end];
         offsets.extend([PS / 2, PS - 9, PS - 1, len / 2, len - 1]);
         if p.run > 1 {
@@ -785,30 +810,19 @@ fn a_child_pointer_beyond_the_file_is_a_clear_error_not_a_crash() {
                 format!("branch {branch} child {i} -> {bad}"),
                 damaged(f, |img| {
                     let c = cell(img, branch, i);
-                    put_u64(img, c + 2, bad);
+                    put_u64(img, c + BRANCH_CHILD, bad);
                     fix_crc(img, branch, 1);
                 }),
                 Expect::CheckFails,
             ));
         }
         // A leaf's overflow reference.
-        let leaf = f
-            .pages
-            .iter()
-            .find(|p| {
-                p.kind == Kind::DataLeaf
-                    && (0..PageHeader::read(page(&f.image, p.id)).unwrap().count as usize)
-                        .any(|i| f.image[cell(&f.image, p.id, i) + 2] & 1 != 0)
-            })
-            .unwrap()
-            .id;
+        let leaf = overflow_leaf(f);
         cases.push(case(
             format!("leaf {leaf} overflow reference -> {bad}"),
             damaged(f, |img| {
                 let c = leaf_cell(img, leaf, true);
-                let klen = u16_at(img, c);
-                put_u64(img, c + 8 + klen, bad);
-                fix_crc(img, leaf, 1);
+                set_value_u64(img, leaf, c, bad);
             }),
             Expect::CheckFails,
         ));
@@ -818,9 +832,7 @@ fn a_child_pointer_beyond_the_file_is_a_clear_error_not_a_crash() {
             format!("catalog {cat} first tree root -> {bad}"),
             damaged(f, |img| {
                 let c = cell(img, cat, 0);
-                let klen = u16_at(img, c);
-                put_u64(img, c + 8 + klen, bad);
-                fix_crc(img, cat, 1);
+                set_value_u64(img, cat, c, bad);
             }),
             Expect::CheckFails,
         ));
@@ -830,7 +842,7 @@ fn a_child_pointer_beyond_the_file_is_a_clear_error_not_a_crash() {
             format!("free-map leaf {fm} chunk key -> {bad}"),
             damaged(f, |img| {
                 let c = cell(img, fm, 0);
-                img[c + 8..c + 16].copy_from_slice(&bad.max(1).to_be_bytes());
+                img[c + LEAF_CELL..c + LEAF_CELL + 8].copy_from_slice(&bad.max(1).to_be_bytes());
                 fix_crc(img, fm, 1);
             }),
             Expect::CheckFails,
@@ -872,7 +884,7 @@ fn a_child_pointer_to_its_own_page_is_caught_as_a_cycle() {
             format!("branch {branch} child {i} -> itself"),
             damaged(f, |img| {
                 let c = cell(img, branch, i);
-                put_u64(img, c + 2, branch);
+                put_u64(img, c + BRANCH_CHILD, branch);
                 fix_crc(img, branch, 1);
             }),
             Expect::CheckNames(vec![branch]),
@@ -884,7 +896,7 @@ fn a_child_pointer_to_its_own_page_is_caught_as_a_cycle() {
         damaged(f, |img| {
             for i in 0..n {
                 let c = cell(img, branch, i);
-                put_u64(img, c + 2, branch);
+                put_u64(img, c + BRANCH_CHILD, branch);
             }
             fix_crc(img, branch, 1);
         }),
@@ -899,54 +911,46 @@ fn a_child_pointer_to_its_own_page_is_caught_as_a_cycle() {
             damaged(f, |img| {
                 for i in 0..n {
                     let c = cell(img, branch, i);
-                    put_u64(img, c + 2, branch);
+                    put_u64(img, c + BRANCH_CHILD, branch);
                 }
                 fix_crc(img, branch, 1);
                 let c = cell(img, cat, 0); // "alpha" sorts first
-                assert_eq!(&img[c + 8..c + 13], b"alpha");
+                assert_eq!(&img[c + LEAF_CELL..c + LEAF_CELL + 5], b"alpha");
                 let klen = u16_at(img, c);
-                img[c + 8 + klen + 16..c + 8 + klen + 20].copy_from_slice(&depth.to_le_bytes());
+                img[c + LEAF_CELL + klen + 16..c + LEAF_CELL + klen + 20]
+                    .copy_from_slice(&depth.to_le_bytes());
                 fix_crc(img, cat, 1);
             }),
             Expect::CheckFails,
         ));
     }
     // A leaf's overflow reference to the leaf itself.
-    let leaf = f
-        .pages
-        .iter()
-        .find(|p| {
-            p.kind == Kind::DataLeaf
-                && (0..PageHeader::read(page(&f.image, p.id)).unwrap().count as usize)
-                    .any(|i| f.image[cell(&f.image, p.id, i) + 2] & 1 != 0)
-        })
-        .unwrap()
-        .id;
+    let leaf = overflow_leaf(f);
     cases.push(case(
         format!("leaf {leaf} overflow reference -> itself"),
         damaged(f, |img| {
             let c = leaf_cell(img, leaf, true);
-            let klen = u16_at(img, c);
-            put_u64(img, c + 8 + klen, leaf);
-            fix_crc(img, leaf, 1);
+            set_value_u64(img, leaf, c, leaf);
         }),
         Expect::CheckNames(vec![leaf]),
     ));
     // Catalog records pointing at the catalog's own page, and two trees sharing a root.
     let beta_root = {
         let c = cell(&f.image, cat, 1);
-        assert_eq!(&f.image[c + 8..c + 12], b"beta");
+        assert_eq!(&f.image[c + LEAF_CELL..c + LEAF_CELL + 4], b"beta");
         let klen = u16_at(&f.image, c);
-        u64::from_le_bytes(f.image[c + 8 + klen..c + 16 + klen].try_into().unwrap())
+        u64::from_le_bytes(
+            f.image[c + LEAF_CELL + klen..c + LEAF_CELL + 8 + klen]
+                .try_into()
+                .unwrap(),
+        )
     };
     for (what, target) in [("the catalog page", cat), ("beta's root", beta_root)] {
         cases.push(case(
             format!("catalog {cat}: alpha's root -> {what}"),
             damaged(f, |img| {
                 let c = cell(img, cat, 0);
-                let klen = u16_at(img, c);
-                put_u64(img, c + 8 + klen, target);
-                fix_crc(img, cat, 1);
+                set_value_u64(img, cat, c, target);
             }),
             Expect::CheckFails,
         ));
@@ -1019,7 +1023,7 @@ fn absurd_key_and_value_lengths_are_reported_not_trusted() {
             format!("leaf {leaf} inline vlen = {vlen}"),
             damaged(f, |img| {
                 let c = leaf_cell(img, leaf, false);
-                img[c + 4..c + 8].copy_from_slice(&vlen.to_le_bytes());
+                img[c + LEAF_VLEN..c + LEAF_VLEN + 4].copy_from_slice(&vlen.to_le_bytes());
                 fix_crc(img, leaf, 1);
             }),
             Expect::CheckNames(vec![leaf]),
@@ -1041,7 +1045,7 @@ fn absurd_key_and_value_lengths_are_reported_not_trusted() {
         cases.push(case(
             format!("leaf {leaf} slot 0 = {off}"),
             damaged(f, |img| {
-                let at = leaf as usize * PS + 16;
+                let at = leaf as usize * PS + PAGE_HEADER_SIZE;
                 img[at..at + 2].copy_from_slice(&off.to_le_bytes());
                 fix_crc(img, leaf, 1);
             }),
@@ -1059,22 +1063,13 @@ fn absurd_key_and_value_lengths_are_reported_not_trusted() {
         Expect::CheckNames(vec![branch]),
     ));
     // Overflow: the length in the leaf, and the length in the run's header.
-    let oleaf = f
-        .pages
-        .iter()
-        .find(|p| {
-            p.kind == Kind::DataLeaf
-                && (0..PageHeader::read(page(&f.image, p.id)).unwrap().count as usize)
-                    .any(|i| f.image[cell(&f.image, p.id, i) + 2] & 1 != 0)
-        })
-        .unwrap()
-        .id;
+    let oleaf = overflow_leaf(f);
     for vlen in [u32::MAX, 1, 0] {
         cases.push(case(
             format!("leaf {oleaf} overflow vlen = {vlen}"),
             damaged(f, |img| {
                 let c = leaf_cell(img, oleaf, true);
-                img[c + 4..c + 8].copy_from_slice(&vlen.to_le_bytes());
+                img[c + LEAF_VLEN..c + LEAF_VLEN + 4].copy_from_slice(&vlen.to_le_bytes());
                 fix_crc(img, oleaf, 1);
             }),
             Expect::CheckFails,
@@ -1085,7 +1080,7 @@ fn absurd_key_and_value_lengths_are_reported_not_trusted() {
         cases.push(case(
             format!("overflow run {} length = {len}", o.id),
             damaged(f, |img| {
-                put_u64(img, o.id as usize * PS + 16, len);
+                put_u64(img, o.id as usize * PS + PAGE_HEADER_SIZE, len);
                 fix_crc(img, o.id, o.run);
             }),
             Expect::CheckNames(vec![o.id]),
@@ -1094,7 +1089,7 @@ fn absurd_key_and_value_lengths_are_reported_not_trusted() {
     // Catalog: a record's value length, entry count and depth.
     let cat = f.first(Kind::CatalogLeaf).id;
     for (what, at, bytes) in [
-        ("vlen = 2^32-1", 4usize, u32::MAX.to_le_bytes().to_vec()),
+        ("vlen = 2^32-1", LEAF_VLEN, u32::MAX.to_le_bytes().to_vec()),
         ("vlen = 3", 4, 3u32.to_le_bytes().to_vec()),
     ] {
         cases.push(case(
@@ -1119,7 +1114,7 @@ fn absurd_key_and_value_lengths_are_reported_not_trusted() {
             damaged(f, |img| {
                 let c = cell(img, cat, 0);
                 let klen = u16_at(img, c);
-                let v = c + 8 + klen;
+                let v = c + LEAF_CELL + klen;
                 img[v + rel..v + rel + bytes.len()].copy_from_slice(&bytes);
                 fix_crc(img, cat, 1);
             }),
@@ -1133,7 +1128,7 @@ fn absurd_key_and_value_lengths_are_reported_not_trusted() {
             format!("free-map leaf {fm} chunk vlen = {vlen}"),
             damaged(f, |img| {
                 let c = cell(img, fm, 0);
-                img[c + 4..c + 8].copy_from_slice(&vlen.to_le_bytes());
+                img[c + LEAF_VLEN..c + LEAF_VLEN + 4].copy_from_slice(&vlen.to_le_bytes());
                 fix_crc(img, fm, 1);
             }),
             Expect::CheckNames(vec![fm, f.newest.freemap.root]),
@@ -1450,7 +1445,8 @@ fn value_byte(f: &Fixture, overflow: bool) -> (String, Vec<u8>, usize) {
                 .map(|j| {
                     let c = cell(&f.image, cat, j);
                     let klen = u16_at(&f.image, c);
-                    String::from_utf8(f.image[c + 8..c + 8 + klen].to_vec()).unwrap()
+                    String::from_utf8(f.image[c + LEAF_CELL..c + LEAF_CELL + klen].to_vec())
+                        .unwrap()
                 })
                 .find(|t| newest.get(t).is_some_and(|m| m.contains_key(k)))
                 .unwrap();
@@ -1553,8 +1549,12 @@ fn free_map_bit_flip(img: &[u8], victim: u64, want: &Tree, ctx: &str) {
     let fm = meta.freemap.root;
     let mut img = img.to_vec();
     let c = cell(&img, fm, 0);
-    assert_eq!(&img[c + 8..c + 16], &0u64.to_be_bytes(), "chunk 0 first");
-    let chunk = c + 16;
+    assert_eq!(
+        &img[c + LEAF_CELL..c + LEAF_CELL + 8],
+        &0u64.to_be_bytes(),
+        "chunk 0 first"
+    );
+    let chunk = c + LEAF_CELL + 8;
     img[chunk + victim as usize / 8] |= 1 << (victim % 8);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("freemap-bit.larch");

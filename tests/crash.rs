@@ -16,43 +16,22 @@
 //! one write or one page of one, and every image that tears one meta write).
 
 mod support;
-use support::{apply, apply_some, scratch_dir, Rng};
+use support::images::{contents, image_at, min_durable, normalize, takes_a_commit, Image, Model};
+use support::recording::{open_rw, Call, Fault, FaultPlan, IoLog, IoOp, Recording, SyncRecorded};
+use support::{scratch_dir, Rng};
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use larch::{Db, Durability, Options, Policy, Storage};
-
-type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
-
-#[derive(Clone, Debug)]
-enum IoOp {
-    Write { off: u64, data: Vec<u8> },
-    Sync,
-    SetLen(u64),
-}
-
-/// Which storage call an injected fault hits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FaultOn {
-    /// The write returns an error and nothing of it reaches the file.
-    Write,
-    /// The sync returns an error (the engine poisons the handle: every later call fails
-    /// until the file is reopened).
-    Sync,
-    /// Growing or shrinking the file fails.
-    SetLen,
-}
+use larch::{Db, Durability, Options, Policy};
 
 /// What every `Recording` of one run shares, across closes and reopens: the trace (so its ops
 /// stay continuous and a cut can land anywhere) and the fault plan.
 #[derive(Debug, Default)]
 struct Shared {
-    ops: Mutex<Vec<IoOp>>,
+    ops: IoLog,
     plan: Mutex<Plan>,
     /// (ops done when it began, what the run was doing), in order, for failure messages.
     events: Mutex<Vec<(usize, String)>>,
@@ -61,9 +40,9 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Plan {
     /// The n-th call of this kind from now fails (n counts down to 1), once.
-    armed: Option<(FaultOn, u32)>,
+    armed: Option<(Call, u32)>,
     /// Faults that fired since the driver last looked.
-    fired: Vec<FaultOn>,
+    fired: Vec<Call>,
     /// Faults that fired in all.
     total: usize,
     /// Faults that fired: writes, syncs, resizes.
@@ -71,7 +50,7 @@ struct Plan {
 }
 
 impl Shared {
-    fn arm(&self, on: FaultOn, nth: u32) {
+    fn arm(&self, on: Call, nth: u32) {
         self.plan.lock().unwrap().armed = Some((on, nth.max(1)));
     }
 
@@ -80,7 +59,7 @@ impl Shared {
     }
 
     /// The last fault that fired since the previous call, if any.
-    fn take_fired(&self) -> Option<FaultOn> {
+    fn take_fired(&self) -> Option<Call> {
         let mut p = self.plan.lock().unwrap();
         let last = p.fired.last().copied();
         p.fired.clear();
@@ -88,7 +67,7 @@ impl Shared {
     }
 
     /// Err if the plan says this call fails.
-    fn fault(&self, on: FaultOn) -> io::Result<()> {
+    fn injected(&self, on: Call) -> io::Result<()> {
         let mut p = self.plan.lock().unwrap();
         match p.armed {
             Some((o, n)) if o == on && n > 1 => {
@@ -117,62 +96,21 @@ impl Shared {
     }
 }
 
+impl FaultPlan for Shared {
+    /// A failed write or resize changes nothing and is not recorded; a failed sync makes
+    /// nothing durable and is not recorded.
+    fn fault(&self, call: Call) -> Option<Fault> {
+        self.injected(call).err().map(Fault::Fail)
+    }
+}
+
 /// A storage that applies every operation to a real file (so the engine's map sees it) and
-/// records it, or fails it as the shared fault plan says (a failed write or resize changes
-/// nothing and is not recorded; a failed sync makes nothing durable and is not recorded).
-#[derive(Debug)]
-struct Recording {
-    file: File,
-    shared: Arc<Shared>,
-    /// How long a sync takes (so concurrent writers pile up as they do on a disk).
-    sync_delay: std::time::Duration,
-}
-
-impl Recording {
-    fn open(path: &Path, shared: &Arc<Shared>, sync_delay: std::time::Duration) -> Recording {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .unwrap();
-        Recording {
-            file,
-            shared: shared.clone(),
-            sync_delay,
-        }
-    }
-}
-
-impl Storage for Recording {
-    fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.shared.fault(FaultOn::SetLen)?;
-        self.file.set_len(len)?;
-        self.shared.ops.lock().unwrap().push(IoOp::SetLen(len));
-        Ok(())
-    }
-    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        self.shared.fault(FaultOn::Write)?;
-        let data = bufs.concat();
-        self.file.write_all_at(&data, offset)?;
-        self.shared
-            .ops
-            .lock()
-            .unwrap()
-            .push(IoOp::Write { off: offset, data });
-        Ok(())
-    }
-    fn sync(&self) -> io::Result<()> {
-        std::thread::sleep(self.sync_delay);
-        self.shared.fault(FaultOn::Sync)?;
-        self.shared.ops.lock().unwrap().push(IoOp::Sync);
-        Ok(())
-    }
-    fn file(&self) -> &File {
-        &self.file
-    }
+/// records it in the run's shared trace, or fails it as the shared fault plan says; each sync
+/// takes `sync_delay` (so concurrent writers pile up as they do on a disk).
+fn recording(path: &Path, shared: &Arc<Shared>, sync_delay: std::time::Duration) -> Recording {
+    Recording::new(open_rw(path), &shared.ops)
+        .faults(shared.clone())
+        .sync_delay(sync_delay, SyncRecorded::AtEnd)
 }
 
 #[derive(Clone, Debug)]
@@ -197,7 +135,7 @@ enum Step {
     Compact,
     /// The n-th call of this kind during the next commit, abort, sync, close or compaction
     /// fails (disarmed after it if it did not fire).
-    Fail(FaultOn, u32),
+    Fail(Call, u32),
 }
 
 /// Committed states by txid (txid 0: the empty database) from an op index on. A reopen after
@@ -338,7 +276,7 @@ impl Driver {
         &mut self.eras.last_mut().unwrap().1
     }
 
-    fn fired(&self, what: &str, e: &dyn std::fmt::Display) -> FaultOn {
+    fn fired(&self, what: &str, e: &dyn std::fmt::Display) -> Call {
         self.shared
             .take_fired()
             .unwrap_or_else(|| panic!("{what} failed without an injected fault: {e}"))
@@ -348,7 +286,7 @@ impl Driver {
     /// an injected fault failed).
     fn open(&mut self) -> Db {
         for _ in 0..4 {
-            let storage = Recording::open(&self.path, &self.shared, std::time::Duration::ZERO);
+            let storage = recording(&self.path, &self.shared, std::time::Duration::ZERO);
             match Db::open_with_storage(&self.path, Box::new(storage), self.opts) {
                 Ok(db) => return db,
                 Err(e) => {
@@ -383,7 +321,7 @@ impl Driver {
             .join(", then ");
         let min = {
             let ops = self.shared.ops.lock().unwrap();
-            min_durable_of(&self.acks, &ops, k)
+            min_durable(&self.acks, &ops, k)
         };
         assert!(
             txid >= min,
@@ -467,10 +405,7 @@ impl Driver {
             let on = self.fired("commit", &e);
             // A failed sync or meta write poisons the handle (the meta may be on disk).
             let poisoned = db.begin_read().is_err();
-            assert!(
-                on != FaultOn::Sync || poisoned,
-                "a failed sync did not poison"
-            );
+            assert!(on != Call::Sync || poisoned, "a failed sync did not poison");
             if poisoned {
                 // The commit may or may not have reached the file: its state stays a
                 // candidate, and the reopen finds out.
@@ -524,7 +459,7 @@ impl Driver {
         let k = self.shared.len();
         let durable = {
             let ops = self.shared.ops.lock().unwrap();
-            min_durable_of(&self.acks, &ops, k)
+            min_durable(&self.acks, &ops, k)
         };
         if self.last_txid > durable {
             self.coverage.durable_points[((self.last_txid - durable) % 2) as usize] += 1;
@@ -543,7 +478,7 @@ impl Driver {
                 }
                 Err(e) => {
                     let on = self.fired("sync", &e);
-                    if on == FaultOn::Sync || self.db().begin_read().is_err() {
+                    if on == Call::Sync || self.db().begin_read().is_err() {
                         self.coverage.reopens_after_failure += 1;
                         self.reopen();
                         return;
@@ -576,7 +511,7 @@ impl Driver {
         let r = self.db().compact();
         if let Err(e) = &r {
             let on = self.fired("compact", e);
-            if on == FaultOn::Sync || self.db().begin_read().is_err() {
+            if on == Call::Sync || self.db().begin_read().is_err() {
                 // Relocation commits do not change the contents; how many ran is unknown.
                 for t in self.last_txid + 1..=self.last_txid + 40 {
                     let m = self.committed.clone();
@@ -682,139 +617,18 @@ fn run(steps: &[Step], opts: Options) -> Trace {
 }
 
 /// The oldest state a cut after `k` ops may show.
-fn min_durable(trace: &Trace, k: usize) -> u64 {
-    min_durable_of(&trace.acks, &trace.ops, k)
-}
-
-fn min_durable_of(acks: &[(usize, u64, Durability)], ops: &[IoOp], k: usize) -> u64 {
-    let mut min = 0;
-    for &(done, txid, d) in acks {
-        if done > k {
-            break;
-        }
-        match d {
-            Durability::Sync => min = min.max(txid),
-            Durability::NoMetaSync => {
-                // Durable once any later sync completed.
-                if ops[done..k].iter().any(|o| matches!(o, IoOp::Sync)) {
-                    min = min.max(txid);
-                }
-            }
-            Durability::Async => {}
-        }
-    }
-    min
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Image {
-    /// Nothing after the last sync reached the disk.
-    DurableOnly,
-    /// Every write reached the disk.
-    Everything,
-    /// Each 4 KiB block of each later write: lost, written, torn (a prefix), or one sector.
-    Random(u64),
-    /// Every later write but the one at this index of the trace (lost whole).
-    AllBut(usize),
-    /// Every later write, the one at this index torn: only its first 64 bytes (half a meta).
-    Torn(usize),
-    /// Every later write, but one page (of the file's page size) of the multi-page write at
-    /// this index: (op index, page within the write).
-    AllButPage(usize, usize),
-}
-
-fn build_image(trace: &Trace, k: usize, how: Image) -> Vec<u8> {
-    let last_sync = trace.ops[..k].iter().rposition(|o| matches!(o, IoOp::Sync));
-    let durable_end = last_sync.map_or(0, |i| i + 1);
-    let mut img = trace.initial.clone();
-    for op in &trace.ops[..durable_end] {
-        match op {
-            IoOp::Write { off, data } => apply(&mut img, *off, data),
-            IoOp::SetLen(len) => img.resize(*len as usize, 0),
-            IoOp::Sync => {}
-        }
-    }
-    let mut rng = match how {
-        Image::Random(seed) => Some(Rng(seed | 1)),
-        _ => None,
-    };
-    for (i, op) in trace.ops[durable_end..k].iter().enumerate() {
-        match (op, how) {
-            (_, Image::DurableOnly) => {}
-            (IoOp::Write { off, data }, Image::AllBut(j)) => {
-                if durable_end + i != j {
-                    apply(&mut img, *off, data)
-                }
-            }
-            (IoOp::Write { off, data }, Image::Everything) => apply(&mut img, *off, data),
-            (IoOp::Write { off, data }, Image::Torn(j)) => {
-                if durable_end + i == j {
-                    apply(&mut img, *off, &data[..64.min(data.len())])
-                } else {
-                    apply(&mut img, *off, data)
-                }
-            }
-            (IoOp::Write { off, data }, Image::AllButPage(j, page)) => {
-                if durable_end + i == j {
-                    let ps = trace.opts.get_page_size();
-                    for (n, chunk) in data.chunks(ps).enumerate() {
-                        if n != page {
-                            apply(&mut img, off + (n * ps) as u64, chunk);
-                        }
-                    }
-                } else {
-                    apply(&mut img, *off, data)
-                }
-            }
-            (
-                IoOp::SetLen(len),
-                Image::Everything | Image::AllBut(_) | Image::Torn(_) | Image::AllButPage(..),
-            ) => img.resize(*len as usize, 0),
-            (IoOp::Write { off, data }, Image::Random(_)) => {
-                apply_some(&mut img, *off, data, rng.as_mut().unwrap());
-            }
-            (IoOp::SetLen(len), Image::Random(_)) => {
-                if rng.as_mut().unwrap().below(2) == 0 {
-                    img.resize(*len as usize, 0);
-                }
-            }
-            (IoOp::Sync, _) => {}
-        }
-    }
-    img
-}
-
-fn contents(db: &Db) -> Model {
-    let rx = db.begin_read().unwrap();
-    let mut m = Model::new();
-    for name in rx.tree_names().unwrap() {
-        let t = rx.open_tree(&name).unwrap();
-        let entries: BTreeMap<Vec<u8>, Vec<u8>> = t
-            .iter()
-            .unwrap()
-            .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(
-            t.len().unwrap(),
-            entries.len() as u64,
-            "len() disagrees with a scan"
-        );
-        m.insert(name, entries);
-    }
-    m
-}
-
-/// Trees that exist but are empty compare equal to trees that do not exist.
-fn normalize(m: &Model) -> Model {
-    m.iter()
-        .filter(|(_, t)| !t.is_empty())
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+fn min_durable_at(trace: &Trace, k: usize) -> u64 {
+    min_durable(&trace.acks, &trace.ops, k)
 }
 
 fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
-    let img = build_image(trace, k, how);
+    let img = image_at(
+        &trace.initial,
+        &trace.ops,
+        k,
+        how,
+        trace.opts.get_page_size(),
+    );
     let path: PathBuf = dir.join("cut.larch");
     std::fs::write(&path, &img).unwrap();
     let ctx = || {
@@ -829,7 +643,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
         panic!("{}: check failed: {e}", ctx());
     }
     let txid = db.begin_read().unwrap().txid();
-    let min = min_durable(trace, k);
+    let min = min_durable_at(trace, k);
     assert!(
         txid >= min,
         "{}: opened at txid {txid}, but txid {min} was acknowledged durable",
@@ -846,14 +660,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
         ctx()
     );
     // The recovered database must also take new commits.
-    let tx = db.begin_write().unwrap();
-    tx.open_tree("after-crash")
-        .unwrap()
-        .insert(b"k", b"v")
-        .unwrap();
-    tx.commit().unwrap();
-    db.check()
-        .unwrap_or_else(|e| panic!("{}: check after a new commit failed: {e}", ctx()));
+    takes_a_commit(&db).unwrap_or_else(|e| panic!("{}: {e}", ctx()));
     drop(db);
     std::fs::remove_file(&path).unwrap();
 }
@@ -1200,9 +1007,9 @@ impl Gen {
             return false;
         }
         let f = match self.rng.below(20) {
-            0..=9 => Step::Fail(FaultOn::Write, 1 + self.rng.below(4) as u32),
-            10..=17 => Step::Fail(FaultOn::Sync, 1 + self.rng.below(2) as u32),
-            _ => Step::Fail(FaultOn::SetLen, 1),
+            0..=9 => Step::Fail(Call::Write, 1 + self.rng.below(4) as u32),
+            10..=17 => Step::Fail(Call::Sync, 1 + self.rng.below(2) as u32),
+            _ => Step::Fail(Call::SetLen, 1),
         };
         self.s.push(f);
         true
@@ -1497,7 +1304,7 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
     drop(Db::open(&path, opts).unwrap());
     let initial = std::fs::read(&path).unwrap();
     let shared = Arc::new(Shared::default());
-    let storage = Box::new(Recording::open(
+    let storage = Box::new(recording(
         &path,
         &shared,
         std::time::Duration::from_micros(300),
@@ -1743,7 +1550,7 @@ fn a_retried_commit_never_opens_with_the_aborted_write() {
     ] {
         let mut first = Vec::new();
         if how == "failed write" {
-            first.push(Step::Fail(FaultOn::Write, 2));
+            first.push(Step::Fail(Call::Write, 2));
         }
         first.extend_from_slice(&v1);
         first.push(end);
@@ -1861,13 +1668,13 @@ fn a_commit_lost_before_a_reopen_never_lends_its_pages_to_the_next_with_its_txid
         // The close's one-fsync meta write fails: nothing made commit 2 durable.
         (
             "close failed",
-            vec![Step::Fail(FaultOn::Write, 1), Step::Close],
+            vec![Step::Fail(Call::Write, 1), Step::Close],
         ),
         // A NoMetaSync commit's first fdatasync fails: poisoned before any meta was written.
         (
             "sync failed",
             vec![
-                Step::Fail(FaultOn::Sync, 1),
+                Step::Fail(Call::Sync, 1),
                 Step::Put("l", key(4), val(4, 100)),
                 Step::TryCommit(Durability::NoMetaSync),
             ],

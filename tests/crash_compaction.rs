@@ -17,12 +17,13 @@
 //! `LARCH_CRASH_CASES` raises the number of random cuts per background run (default 300).
 
 mod support;
-use support::{apply, apply_some, scratch_dir, Rng};
+use support::images::{land, takes_a_commit, Image};
+use support::recording::{open_rw, IoLog, IoOp, Recording};
+use support::{scratch_dir, Rng};
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -32,17 +33,10 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write {
+    /// A write, sync or resize of one file (by its number).
+    File {
         file: usize,
-        off: u64,
-        data: Vec<u8>,
-    },
-    Sync {
-        file: usize,
-    },
-    SetLen {
-        file: usize,
-        len: u64,
+        op: IoOp,
     },
     /// A new file (created, synced and linked by the engine, with the directory synced): its
     /// contents at creation and its name are durable from here on.
@@ -66,7 +60,12 @@ enum Op {
 
 #[derive(Debug, Default)]
 struct Log {
-    ops: Vec<Op>,
+    ops: IoLog<Op>,
+    files: Mutex<Files>,
+}
+
+#[derive(Debug, Default)]
+struct Files {
     /// Contents of each file when it entered the log.
     initial: Vec<Vec<u8>>,
     /// Names to files as the engine sees them now (to know which file a path is).
@@ -77,77 +76,44 @@ fn name_of(p: &Path) -> String {
     p.file_name().unwrap().to_string_lossy().into_owned()
 }
 
-/// A file's storage: applies every operation to the real file (the engine maps it) and logs it.
-#[derive(Debug)]
-struct Recording {
-    file: File,
-    id: usize,
-    log: Arc<Mutex<Log>>,
-}
-
-impl Storage for Recording {
-    fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.file.set_len(len)?;
-        let file = self.id;
-        self.log.lock().unwrap().ops.push(Op::SetLen { file, len });
-        Ok(())
-    }
-    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        let data = bufs.concat();
-        self.file.write_all_at(&data, offset)?;
-        let file = self.id;
-        self.log.lock().unwrap().ops.push(Op::Write {
-            file,
-            off: offset,
-            data,
-        });
-        Ok(())
-    }
-    fn sync(&self) -> io::Result<()> {
-        let file = self.id;
-        self.log.lock().unwrap().ops.push(Op::Sync { file });
-        Ok(())
-    }
-    fn file(&self) -> &File {
-        &self.file
-    }
+/// A file's storage: applies every operation to the real file (the engine maps it) and logs it
+/// as file `id`'s.
+fn recording(file: File, id: usize, log: &Log) -> Recording<Op> {
+    Recording::tagged(file, &log.ops, move |op| Op::File { file: id, op })
 }
 
 /// Compaction's file-system operations, performed for real and logged.
 #[derive(Debug)]
 struct RecordingFs {
-    log: Arc<Mutex<Log>>,
+    log: Arc<Log>,
 }
 
 impl CompactionFs for RecordingFs {
     fn storage(&self, path: &Path, file: File, _mode: WriteMode) -> Box<dyn Storage> {
-        let mut log = self.log.lock().unwrap();
+        let mut files = self.log.files.lock().unwrap();
         let name = name_of(path);
-        let id = match log.names.get(&name) {
+        let id = match files.names.get(&name) {
             Some(&id) => id,
             None => {
-                let id = log.initial.len();
-                log.initial.push(std::fs::read(path).unwrap());
-                log.names.insert(name.clone(), id);
-                log.ops.push(Op::Create { file: id, name });
+                let id = files.initial.len();
+                files.initial.push(std::fs::read(path).unwrap());
+                files.names.insert(name.clone(), id);
+                self.log
+                    .ops
+                    .lock()
+                    .unwrap()
+                    .push(Op::Create { file: id, name });
                 id
             }
         };
-        Box::new(Recording {
-            file,
-            id,
-            log: self.log.clone(),
-        })
+        Box::new(recording(file, id, &self.log))
     }
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::hard_link(from, to)?;
-        let mut log = self.log.lock().unwrap();
-        let id = log.names[&name_of(from)];
-        log.names.insert(name_of(to), id);
-        log.ops.push(Op::Link {
+        let mut files = self.log.files.lock().unwrap();
+        let id = files.names[&name_of(from)];
+        files.names.insert(name_of(to), id);
+        self.log.ops.lock().unwrap().push(Op::Link {
             from: name_of(from),
             to: name_of(to),
         });
@@ -155,10 +121,10 @@ impl CompactionFs for RecordingFs {
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::rename(from, to)?;
-        let mut log = self.log.lock().unwrap();
-        let id = log.names.remove(&name_of(from)).unwrap();
-        log.names.insert(name_of(to), id);
-        log.ops.push(Op::Rename {
+        let mut files = self.log.files.lock().unwrap();
+        let id = files.names.remove(&name_of(from)).unwrap();
+        files.names.insert(name_of(to), id);
+        self.log.ops.lock().unwrap().push(Op::Rename {
             from: name_of(from),
             to: name_of(to),
         });
@@ -166,16 +132,16 @@ impl CompactionFs for RecordingFs {
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)?;
-        let mut log = self.log.lock().unwrap();
-        log.names.remove(&name_of(path));
-        log.ops.push(Op::Remove {
+        let mut files = self.log.files.lock().unwrap();
+        files.names.remove(&name_of(path));
+        self.log.ops.lock().unwrap().push(Op::Remove {
             name: name_of(path),
         });
         Ok(())
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()?;
-        self.log.lock().unwrap().ops.push(Op::SyncDir);
+        self.log.ops.lock().unwrap().push(Op::SyncDir);
         Ok(())
     }
 }
@@ -229,22 +195,13 @@ fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
         .compaction_threshold(background.then_some(0.3))
         .compaction_min_bytes(0);
     drop(Db::open(&path, opts).unwrap());
-    let log = Arc::new(Mutex::new(Log::default()));
+    let log = Arc::new(Log::default());
     {
-        let mut l = log.lock().unwrap();
-        l.initial.push(std::fs::read(&path).unwrap());
-        l.names.insert(DB.to_string(), 0);
+        let mut files = log.files.lock().unwrap();
+        files.initial.push(std::fs::read(&path).unwrap());
+        files.names.insert(DB.to_string(), 0);
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let storage = Box::new(Recording {
-        file,
-        id: 0,
-        log: log.clone(),
-    });
+    let storage = Box::new(recording(open_rw(&path), 0, &log));
     let fs = Arc::new(RecordingFs { log: log.clone() });
     let open_path = if via_link {
         let alias = dir.path().join(ALIAS);
@@ -254,7 +211,7 @@ fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
         path.clone()
     };
     let db = Db::open_with_storage_and_fs(&open_path, storage, opts, fs).unwrap();
-    let ops_now = || log.lock().unwrap().ops.len();
+    let ops_now = || log.ops.lock().unwrap().len();
     let mut model = Model::new();
     let mut states = vec![Model::new()];
     let mut durable_acks = Vec::new();
@@ -304,35 +261,24 @@ fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
         db.wait_for_compaction().unwrap();
         assert!(db.compactions() >= 1, "{mode:?}: no compaction ran");
     }
-    let l = log.lock().unwrap();
+    let files = log.files.lock().unwrap();
     let trace = Trace {
-        ops: l.ops.clone(),
-        initial: l.initial.clone(),
+        ops: log.ops.lock().unwrap().clone(),
+        initial: files.initial.clone(),
         states,
         durable_acks,
         copy,
         opts,
     };
-    drop(l);
+    drop(files);
     // Leave the close-time sync out of the trace.
     std::mem::forget(db);
     trace
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Image {
-    /// Nothing after each file's last sync and the last directory sync reached the disk.
-    DurableOnly,
-    /// Everything reached the disk.
-    Everything,
-    /// Random subsets of later blocks (lost, written, torn) and a random prefix of later
-    /// directory operations.
-    Random(u64),
-}
-
 fn file_of(op: &Op) -> Option<usize> {
     match op {
-        Op::Write { file, .. } | Op::Sync { file } | Op::SetLen { file, .. } => Some(*file),
+        Op::File { file, .. } => Some(*file),
         _ => None,
     }
 }
@@ -340,39 +286,21 @@ fn file_of(op: &Op) -> Option<usize> {
 /// The directory (names to files) and each file's contents a cut after `k` ops may leave.
 fn build_image(trace: &Trace, k: usize, how: Image) -> (BTreeMap<String, usize>, Vec<Vec<u8>>) {
     let ops = &trace.ops[..k];
-    let mut rng = match how {
-        Image::Random(seed) => Some(Rng(seed | 1)),
-        _ => None,
-    };
-    // Files.
+    let mut rng = Rng(match how {
+        Image::Random(seed) => seed | 1,
+        _ => 1,
+    });
+    // Files: each as the single-file image of its own operations, one seed across them all.
     let mut files = trace.initial.clone();
     for (id, img) in files.iter_mut().enumerate() {
-        let last_sync = ops
+        let file_ops: Vec<IoOp> = ops
             .iter()
-            .rposition(|o| matches!(o, Op::Sync { file } if *file == id));
-        for (i, op) in ops.iter().enumerate() {
-            if file_of(op) != Some(id) {
-                continue;
-            }
-            let durable = last_sync.is_some_and(|s| i < s);
-            match (op, durable, how) {
-                (Op::Write { off, data, .. }, true, _)
-                | (Op::Write { off, data, .. }, false, Image::Everything) => apply(img, *off, data),
-                (Op::SetLen { len, .. }, true, _)
-                | (Op::SetLen { len, .. }, false, Image::Everything) => {
-                    img.resize(*len as usize, 0)
-                }
-                (Op::Write { off, data, .. }, false, Image::Random(_)) => {
-                    apply_some(img, *off, data, rng.as_mut().unwrap());
-                }
-                (Op::SetLen { len, .. }, false, Image::Random(_))
-                    if rng.as_mut().unwrap().below(2) == 0 =>
-                {
-                    img.resize(*len as usize, 0);
-                }
-                _ => {}
-            }
-        }
+            .filter_map(|o| match o {
+                Op::File { file, op } if *file == id => Some(op.clone()),
+                _ => None,
+            })
+            .collect();
+        land(img, &file_ops, how, trace.opts.get_page_size(), &mut rng);
     }
     // Directory: durable up to the last directory sync (a create syncs it too), then a prefix.
     let is_dir_op = |o: &Op| file_of(o).is_none();
@@ -386,7 +314,8 @@ fn build_image(trace: &Trace, k: usize, how: Image) -> (BTreeMap<String, usize>,
         + match how {
             Image::DurableOnly => 0,
             Image::Everything => extra,
-            Image::Random(_) => rng.as_mut().unwrap().below(extra as u64 + 1) as usize,
+            Image::Random(_) => rng.below(extra as u64 + 1) as usize,
+            other => unreachable!("{other:?}: these simulations build only three images"),
         };
     let mut names = BTreeMap::new();
     names.insert(DB.to_string(), 0usize);
@@ -435,14 +364,7 @@ fn open_image(img: &[u8], dir: &Path, opts: Options, ctx: &dyn Fn() -> String) -
     }
     let got = contents(&db);
     // The recovered file must take new commits.
-    let tx = db.begin_write().unwrap();
-    tx.open_tree("after-crash")
-        .unwrap()
-        .insert(b"k", b"v")
-        .unwrap();
-    tx.commit().unwrap();
-    db.check()
-        .unwrap_or_else(|e| panic!("{}: check after a new commit failed: {e}", ctx()));
+    takes_a_commit(&db).unwrap_or_else(|e| panic!("{}: {e}", ctx()));
     drop(db);
     std::fs::remove_file(&path).unwrap();
     got

@@ -7,24 +7,16 @@
 //! A real disk-full test (RLIMIT_FSIZE in a child process) closes the file.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use larch::{Db, Durability, Options, Storage, WriteMode};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Write,
-    Sync,
-    SetLen,
-}
+use larch::{Db, Durability, Options, WriteMode};
+use larch_testkit::recording::{self, open_rw, Call, FaultPlan, IoLog, Recording};
 
 #[derive(Clone, Copy, Debug)]
 struct Fault {
-    kind: Kind,
+    kind: Call,
     /// Fail the k-th operation of `kind` after arming (0-based).
     at: usize,
     errno: i32,
@@ -41,15 +33,20 @@ struct Plan {
     fired: bool,
 }
 
-#[derive(Debug)]
-struct Faulty {
-    file: File,
-    plan: Arc<Mutex<Plan>>,
+/// The plan a test arms, shared with the storage that follows it.
+#[derive(Debug, Default)]
+struct Planned(Mutex<Plan>);
+
+impl std::ops::Deref for Planned {
+    type Target = Mutex<Plan>;
+    fn deref(&self) -> &Mutex<Plan> {
+        &self.0
+    }
 }
 
-impl Faulty {
-    fn hit(&self, kind: Kind) -> Option<Fault> {
-        let mut p = self.plan.lock().unwrap();
+impl FaultPlan for Planned {
+    fn fault(&self, kind: Call) -> Option<recording::Fault> {
+        let mut p = self.lock().unwrap();
         let i = kind as usize;
         let n = p.seen[i];
         p.seen[i] += 1;
@@ -60,42 +57,26 @@ impl Faulty {
                     && (f.sticky || !p.fired) =>
             {
                 p.fired = true;
-                Some(f)
+                let e = io::Error::from_raw_os_error(f.errno);
+                // A short write puts its first half on the file before failing.
+                Some(if f.short {
+                    recording::Fault::Short(e)
+                } else {
+                    recording::Fault::Fail(e)
+                })
             }
             _ => None,
         }
     }
 }
 
-impl Storage for Faulty {
-    fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        if let Some(f) = self.hit(Kind::SetLen) {
-            return Err(io::Error::from_raw_os_error(f.errno));
-        }
-        self.file.set_len(len)
-    }
-    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        let data = bufs.concat();
-        if let Some(f) = self.hit(Kind::Write) {
-            if f.short {
-                self.file.write_all_at(&data[..data.len() / 2], offset)?;
-            }
-            return Err(io::Error::from_raw_os_error(f.errno));
-        }
-        self.file.write_all_at(&data, offset)
-    }
-    fn sync(&self) -> io::Result<()> {
-        if let Some(f) = self.hit(Kind::Sync) {
-            return Err(io::Error::from_raw_os_error(f.errno));
-        }
-        Ok(())
-    }
-    fn file(&self) -> &File {
-        &self.file
-    }
+/// Open `path` on a storage that fails calls as the returned plan says (what it records is
+/// not looked at here).
+fn open_faulty(path: &Path, opts: Options) -> (Db, Arc<Planned>) {
+    let plan = Arc::new(Planned::default());
+    let storage = Recording::new(open_rw(path), &IoLog::default()).faults(plan.clone());
+    let db = Db::open_with_storage(path, Box::new(storage), opts).unwrap();
+    (db, plan)
 }
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -163,21 +144,7 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
         .write_mode(mode)
         .one_fsync_commit(one_fsync);
     drop(Db::open(&path, opts).unwrap());
-    let plan = Arc::new(Mutex::new(Plan::default()));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let db = Db::open_with_storage(
-        &path,
-        Box::new(Faulty {
-            file,
-            plan: plan.clone(),
-        }),
-        opts,
-    )
-    .unwrap();
+    let (db, plan) = open_faulty(&path, opts);
     let mut model = Model::new();
     for round in 0..3 {
         let b = batch(round);
@@ -220,7 +187,7 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
     plan.lock().unwrap().fault = None;
     // A failed sync, or a failed meta write (the meta may be on disk whole, torn or not at
     // all, so the writer cannot tell which pages a fallback reaches), poisons the handle.
-    let poisoned = fault.kind == Kind::Sync || msg.contains("write meta");
+    let poisoned = fault.kind == Call::Sync || msg.contains("write meta");
     if poisoned {
         // Poisoned: every later call fails with a clear error until reopen.
         let again =
@@ -262,13 +229,13 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
     true
 }
 
-fn sweep(kind: Kind, errno: i32, short: bool, d: Durability, mode: WriteMode) -> usize {
+fn sweep(kind: Call, errno: i32, short: bool, d: Durability, mode: WriteMode) -> usize {
     sweep_with(kind, errno, short, d, mode, true)
 }
 
 /// `sweep`, choosing the Sync commit protocol (one fdatasync, or LMDB's two).
 fn sweep_with(
-    kind: Kind,
+    kind: Call,
     errno: i32,
     short: bool,
     d: Durability,
@@ -306,14 +273,14 @@ fn sweep_with(
 fn eio_on_any_write_fails_the_commit_and_keeps_the_previous_state() {
     let _serial = no_fork();
     for d in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
-        let n = sweep(Kind::Write, libc::EIO, false, d, WriteMode::Pwrite);
+        let n = sweep(Call::Write, libc::EIO, false, d, WriteMode::Pwrite);
         assert!(
             n >= 2,
             "{d:?}: the commit should make several writes, saw {n}"
         );
     }
     let n = sweep_with(
-        Kind::Write,
+        Call::Write,
         libc::EIO,
         false,
         Durability::Sync,
@@ -327,7 +294,7 @@ fn eio_on_any_write_fails_the_commit_and_keeps_the_previous_state() {
 fn short_write_then_enospc_fails_the_commit_and_keeps_the_previous_state() {
     let _serial = no_fork();
     let n = sweep(
-        Kind::Write,
+        Call::Write,
         libc::ENOSPC,
         true,
         Durability::Sync,
@@ -340,7 +307,7 @@ fn short_write_then_enospc_fails_the_commit_and_keeps_the_previous_state() {
 fn enospc_growing_the_file_fails_the_commit_and_keeps_the_previous_state() {
     let _serial = no_fork();
     for mode in [WriteMode::Pwrite, WriteMode::Mmap] {
-        let n = sweep(Kind::SetLen, libc::ENOSPC, false, Durability::Sync, mode);
+        let n = sweep(Call::SetLen, libc::ENOSPC, false, Durability::Sync, mode);
         assert!(n >= 1, "{mode:?}: growing the file never failed");
     }
 }
@@ -349,12 +316,12 @@ fn enospc_growing_the_file_fails_the_commit_and_keeps_the_previous_state() {
 fn eio_on_fdatasync_poisons_the_handle_and_reopen_finds_a_whole_state() {
     let _serial = no_fork();
     for d in [Durability::Sync, Durability::NoMetaSync] {
-        let n = sweep(Kind::Sync, libc::EIO, false, d, WriteMode::Pwrite);
+        let n = sweep(Call::Sync, libc::EIO, false, d, WriteMode::Pwrite);
         assert!(n >= 1, "{d:?}: no sync to fail");
     }
     // The two-sync protocol (pages, fdatasync, meta, fdatasync): a failure at either sync.
     let n = sweep_with(
-        Kind::Sync,
+        Call::Sync,
         libc::EIO,
         false,
         Durability::Sync,
@@ -372,26 +339,12 @@ fn eio_on_db_sync_after_async_commits_poisons_the_handle() {
         let path = dir.path().join("a.larch");
         let opts = Options::default().one_fsync_commit(one_fsync);
         drop(Db::open(&path, opts).unwrap());
-        let plan = Arc::new(Mutex::new(Plan::default()));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let db = Db::open_with_storage(
-            &path,
-            Box::new(Faulty {
-                file,
-                plan: plan.clone(),
-            }),
-            opts,
-        )
-        .unwrap();
+        let (db, plan) = open_faulty(&path, opts);
         apply(&db, &batch(0), Durability::Sync).unwrap();
         apply(&db, &batch(1), Durability::Async).unwrap();
         plan.lock().unwrap().seen = [0; 3];
         plan.lock().unwrap().fault = Some(Fault {
-            kind: Kind::Sync,
+            kind: Call::Sync,
             at: 0,
             errno: libc::EIO,
             short: false,

@@ -1,5 +1,5 @@
 //! What the power-cut simulations (tests/crash.rs, tests/crash_compaction.rs, tests/adversary.rs)
-//! share, all from larch-testkit: a scratch directory, a repeatable RNG, and how a write lands
-//! in a disk image, whole or torn.
+//! share, all from larch-testkit: a scratch directory, a repeatable RNG, a recording storage
+//! and the power-cut images built from what it recorded.
 
-pub use larch_testkit::{apply, apply_some, scratch_dir, Rng};
+pub use larch_testkit::{images, recording, scratch_dir, Rng};

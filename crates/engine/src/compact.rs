@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use larch_pager::{Meta, PageHeader, PageRole, PageType, Pager, PagerOptions, TreeRoot};
 
+use crate::compaction_state::CompactReport;
 use crate::error::{Error, Result};
 use crate::fs::CompactionFs;
 use crate::node::{Child, Node, Val};
@@ -14,25 +15,6 @@ use crate::node_page::{Limits, ValRef, OVERFLOW_HEADER};
 use crate::read::ReadTx;
 use crate::view::View;
 use crate::{PageId, TxId};
-
-/// What a compaction did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CompactReport {
-    /// File bytes before.
-    pub before_bytes: u64,
-    /// File bytes after.
-    pub after_bytes: u64,
-}
-
-impl CompactReport {
-    /// before / after (how many times smaller the file became).
-    pub fn gain(&self) -> f64 {
-        if self.after_bytes == 0 {
-            return 1.0;
-        }
-        self.before_bytes as f64 / self.after_bytes as f64
-    }
-}
 
 /// The txid every page and the meta of a compacted file carry.
 const COPY_TXID: TxId = 1;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use larch_pager::{ManifestRun, Meta};
 
-use crate::db::OpenFile;
 use crate::error::Result;
+use crate::file::OpenFile;
 use crate::options::Durability;
 use crate::{PageId, TxId};
 

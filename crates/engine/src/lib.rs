@@ -14,10 +14,12 @@ mod alloc;
 mod autocompact;
 mod check;
 mod compact;
+mod compaction_state;
 mod cursor;
 mod db;
 mod durability;
 mod error;
+mod file;
 mod freemap;
 mod fs;
 mod mutate;
@@ -37,7 +39,7 @@ mod write;
 mod write_tree;
 
 pub use check::CheckReport;
-pub use compact::CompactReport;
+pub use compaction_state::CompactReport;
 pub use cursor::Range;
 pub use db::{Db, IoStats};
 pub use error::{Error, Problem, Result};
@@ -65,7 +67,10 @@ pub type TxId = u64;
 #[cfg(feature = "raw")]
 pub mod raw {
     pub use crate::freemap::{unreachable_runs, CHUNK_BYTES, CHUNK_PAGES};
-    pub use crate::node_page::{Limits, NodePage, ValRef, OVERFLOW_HEADER};
+    pub use crate::node_page::{
+        Limits, NodePage, ValRef, BRANCH_CELL, BRANCH_CHILD, FLAG_OVERFLOW, LEAF_CELL, LEAF_FLAGS,
+        LEAF_VLEN, OVERFLOW_HEADER, SLOT,
+    };
     pub use crate::view::View;
     pub use larch_pager::{
         node_run_checksum, run_checksum, stored_checksum, ManifestRun, Meta, PageHeader, PageRole,

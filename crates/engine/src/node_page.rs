@@ -34,7 +34,13 @@ pub const BRANCH_CELL: usize = 10;
 /// Bytes before the value in an overflow run.
 pub const OVERFLOW_HEADER: usize = PAGE_HEADER_SIZE + 8;
 /// Leaf cell flag: the value is in an overflow run.
-pub(crate) const FLAG_OVERFLOW: u8 = 1;
+pub const FLAG_OVERFLOW: u8 = 1;
+/// Offset of the flags byte in a leaf cell.
+pub const LEAF_FLAGS: usize = 2;
+/// Offset of the value length (u32) in a leaf cell.
+pub const LEAF_VLEN: usize = 4;
+/// Offset of the child page id (u64) in a branch cell.
+pub const BRANCH_CHILD: usize = 2;
 
 /// Size limits that follow from the page size.
 #[derive(Clone, Copy, Debug)]
@@ -265,8 +271,8 @@ impl<'a> NodePage<'a> {
         let off = self.cell(i)?;
         let b = self.bytes;
         let klen = u16_at(b, off).ok_or_else(|| self.bad(i))?;
-        let flags = *b.get(off + 2).ok_or_else(|| self.bad(i))?;
-        let vlen = u32_at(b, off + 4).ok_or_else(|| self.bad(i))? as usize;
+        let flags = *b.get(off + LEAF_FLAGS).ok_or_else(|| self.bad(i))?;
+        let vlen = u32_at(b, off + LEAF_VLEN).ok_or_else(|| self.bad(i))? as usize;
         let ks = off + LEAF_CELL;
         let key = b.get(ks..ks + klen).ok_or_else(|| self.bad(i))?;
         let vs = ks + klen;
@@ -285,7 +291,7 @@ impl<'a> NodePage<'a> {
     #[inline]
     pub fn child(&self, i: usize) -> Result<PageId> {
         let off = self.cell(i)?;
-        u64_at(self.bytes, off + 2).ok_or_else(|| self.bad(i))
+        u64_at(self.bytes, off + BRANCH_CHILD).ok_or_else(|| self.bad(i))
     }
 
     /// Leaf: position of `key`, or where it would be inserted.

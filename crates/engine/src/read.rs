@@ -6,8 +6,8 @@ use std::sync::Arc;
 use larch_pager::{PageRole, TreeRoot};
 
 use crate::cursor::Range;
-use crate::db::OpenFile;
 use crate::error::{Error, Result};
+use crate::file::OpenFile;
 use crate::readers::ReadSnap;
 use crate::view::View;
 use crate::TxId;

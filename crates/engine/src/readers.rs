@@ -32,8 +32,8 @@ use parking_lot::Mutex;
 
 use larch_pager::{Map, Meta, TreeRoot};
 
-use crate::db::{OpenFile, Shared, Snapshot};
 use crate::error::Result;
+use crate::file::{OpenFile, Shared, Snapshot};
 use crate::TxId;
 
 /// Shards of the reader table. More than the threads that read at once on this class of

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use larch_pager::PageRole;
 
-use crate::compact::{copy_snapshot, CompactReport};
+use crate::compact::copy_snapshot;
+use crate::compaction_state::CompactReport;
 use crate::db::Db;
 use crate::error::Result;
 use crate::node::{Child, Run};

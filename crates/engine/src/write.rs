@@ -16,8 +16,8 @@ use parking_lot::{ArcMutexGuard, RawMutex};
 use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
 use crate::alloc::Undo;
-use crate::db::{Db, OpenFile, Shared, Snapshot, WriterState};
 use crate::error::{Error, Result};
+use crate::file::{OpenFile, Shared, Snapshot, WriterState};
 use crate::node::{Child, Node, NodeIdx};
 use crate::node_page::Limits;
 use crate::options::Durability;
@@ -567,7 +567,7 @@ pub struct WriteTx<'db> {
     base: Arc<Snapshot>,
     verify: bool,
     limits: Limits,
-    _db: PhantomData<&'db Db>,
+    _db: PhantomData<&'db Shared>,
 }
 
 impl std::fmt::Debug for WriteTx<'_> {

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use larch_pager::{Map, PageRole};
 
-use crate::db::Snapshot;
 use crate::error::{Error, Result};
+use crate::file::Snapshot;
 use crate::node::{Child, Node, Val};
 use crate::node_page::{Limits, NodePage};
 use crate::view::{View, MAX_DEPTH};

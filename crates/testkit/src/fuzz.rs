@@ -9,20 +9,16 @@
 //! tests call `larch_testkit::fuzz::...`.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io;
+use std::fs::OpenOptions;
 use std::ops::Bound;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
-use larch::{Db, Durability, Options, Policy, Storage};
+use larch::{Db, Durability, Options, Policy};
 
-use crate::{apply, apply_some, Rng};
-
-type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
-type Model = BTreeMap<String, Tree>;
+use crate::images::{contents, image_at, min_durable, normalize, takes_a_commit, Image, Model};
+use crate::recording::{open_rw, IoLog, IoOp, Recording};
+use crate::Rng;
 
 // ---- scratch files ---------------------------------------------------------------------
 
@@ -321,73 +317,14 @@ fn write_and_recheck(db: &Db, before: Model, probes: &[Vec<u8>]) {
     if let Err(e) = db.check() {
         panic!("a file checked clean, took a commit, and now fails check: {e}");
     }
-    let rx = db.begin_read().unwrap();
-    let mut got = Model::new();
-    for name in rx.tree_names().unwrap() {
-        let t = rx.open_tree(&name).unwrap();
-        let tree: Tree = t
-            .iter()
-            .unwrap()
-            .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
-            .collect::<Result<_, _>>()
-            .expect("scan after a commit");
-        got.insert(name, tree);
-    }
+    let got = contents(db);
     assert!(
         normalize(&got) == normalize(&want),
         "after a commit on a clean file the contents are not what was written"
     );
 }
 
-fn normalize(m: &Model) -> Model {
-    m.iter()
-        .filter(|(_, t)| !t.is_empty())
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
 // ---- target 2: operations with power cuts -------------------------------------------------
-
-#[derive(Clone, Debug)]
-enum IoOp {
-    Write { off: u64, data: Vec<u8> },
-    Sync,
-    SetLen(u64),
-}
-
-/// Applies every operation to a real file (the engine reads it through a map) and records it.
-#[derive(Debug)]
-struct Recording {
-    file: File,
-    ops: Arc<Mutex<Vec<IoOp>>>,
-}
-
-impl Storage for Recording {
-    fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.file.set_len(len)?;
-        self.ops.lock().unwrap().push(IoOp::SetLen(len));
-        Ok(())
-    }
-    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        let data = bufs.concat();
-        self.file.write_all_at(&data, offset)?;
-        self.ops
-            .lock()
-            .unwrap()
-            .push(IoOp::Write { off: offset, data });
-        Ok(())
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.ops.lock().unwrap().push(IoOp::Sync);
-        Ok(())
-    }
-    fn file(&self) -> &File {
-        &self.file
-    }
-}
 
 /// Reads the fuzz input a byte at a time; zeros once it runs out.
 struct Input<'a>(&'a [u8]);
@@ -417,7 +354,7 @@ const MAX_STEPS: usize = 400;
 /// Everything a run has recorded so far, for building power-cut images.
 struct Trace {
     initial: Vec<u8>,
-    ops: Arc<Mutex<Vec<IoOp>>>,
+    ops: IoLog,
     /// Committed states by txid (0: the empty database).
     states: BTreeMap<u64, Model>,
     /// (ops done when the call returned, txid, durability asked for).
@@ -441,21 +378,9 @@ pub fn ops_with_power_cuts(data: &[u8]) {
     let path = dir.path("db.larch");
     drop(Db::open(&path, opts).expect("create a database"));
     let initial = std::fs::read(&path).expect("read the new file");
-    let ops = Arc::new(Mutex::new(Vec::new()));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .expect("open the new file");
-    let db = Db::open_with_storage(
-        &path,
-        Box::new(Recording {
-            file,
-            ops: ops.clone(),
-        }),
-        opts,
-    )
-    .expect("open with a recording storage");
+    let ops = IoLog::default();
+    let db = Db::open_with_storage(&path, Box::new(Recording::new(open_rw(&path), &ops)), opts)
+        .expect("open with a recording storage");
     let mut trace = Trace {
         initial,
         ops,
@@ -566,62 +491,14 @@ fn value(input: &mut Input<'_>) -> Vec<u8> {
     (0..len).map(|i| seed ^ (i % 251) as u8).collect()
 }
 
-/// The oldest txid a cut after `k` ops may show.
-fn min_durable(trace: &Trace, ops: &[IoOp], k: usize) -> u64 {
-    let mut min = 0;
-    for &(done, txid, d) in &trace.acks {
-        if done > k {
-            break;
-        }
-        let durable = match d {
-            Durability::Sync => true,
-            // Durable once a later sync completed.
-            Durability::NoMetaSync => ops[done..k].iter().any(|o| matches!(o, IoOp::Sync)),
-            Durability::Async => false,
-        };
-        if durable {
-            min = min.max(txid);
-        }
-    }
-    min
-}
-
-/// The image after a power cut following op `k`: everything up to the last sync before it,
-/// then per `how`: nothing more (0), everything (1), or for each later 4 KiB block a choice of
-/// lost, written, torn at a sector or torn anywhere (seeded by `seed`).
-fn build_image(trace: &Trace, ops: &[IoOp], k: usize, how: u8, seed: u64) -> Vec<u8> {
-    let durable_end = ops[..k]
-        .iter()
-        .rposition(|o| matches!(o, IoOp::Sync))
-        .map_or(0, |i| i + 1);
-    let mut img = trace.initial.clone();
-    for op in &ops[..durable_end] {
-        match op {
-            IoOp::Write { off, data } => apply(&mut img, *off, data),
-            IoOp::SetLen(len) => img.resize(*len as usize, 0),
-            IoOp::Sync => {}
-        }
-    }
-    let mut rng = Rng(seed | 1);
-    for op in &ops[durable_end..k] {
-        match (op, how % 4) {
-            (_, 0) | (IoOp::Sync, _) => {}
-            (IoOp::Write { off, data }, 1) => apply(&mut img, *off, data),
-            (IoOp::SetLen(len), 1) => img.resize(*len as usize, 0),
-            (IoOp::Write { off, data }, _) => apply_some(&mut img, *off, data, &mut rng),
-            (IoOp::SetLen(len), _) => {
-                if rng.below(2) == 0 {
-                    img.resize(*len as usize, 0);
-                }
-            }
-        }
-    }
-    img
-}
-
 fn verify_cut(trace: &Trace, k: usize, how: u8, seed: u64, dir: &Scratch) {
     let ops = trace.ops.lock().unwrap().clone();
-    let img = build_image(trace, &ops, k, how, seed);
+    let image = match how % 4 {
+        0 => Image::DurableOnly,
+        1 => Image::Everything,
+        _ => Image::Random(seed),
+    };
+    let img = image_at(&trace.initial, &ops, k, image, trace.opts.get_page_size());
     let path = dir.path("cut.larch");
     std::fs::write(&path, &img).expect("write the image");
     let ctx = format!(
@@ -638,9 +515,8 @@ fn check_recovered(path: &Path, trace: &Trace, ops: &[IoOp], k: usize, ctx: &str
     if let Err(e) = db.check() {
         panic!("{ctx}: check failed: {e}");
     }
-    let rx = db.begin_read().unwrap();
-    let txid = rx.txid();
-    let min = min_durable(trace, ops, k);
+    let txid = db.begin_read().unwrap().txid();
+    let min = min_durable(&trace.acks, ops, k);
     assert!(
         txid >= min,
         "{ctx}: opened at txid {txid}, but txid {min} was acknowledged durable"
@@ -649,38 +525,11 @@ fn check_recovered(path: &Path, trace: &Trace, ops: &[IoOp], k: usize, ctx: &str
         .states
         .get(&txid)
         .unwrap_or_else(|| panic!("{ctx}: opened at txid {txid}, which was never committed"));
-    let mut got = Model::new();
-    for name in rx.tree_names().unwrap() {
-        let t = rx.open_tree(&name).unwrap();
-        let tree: Tree = t
-            .iter()
-            .unwrap()
-            .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("{ctx}: scan of {name:?} failed: {e}"));
-        assert_eq!(
-            t.len().unwrap(),
-            tree.len() as u64,
-            "{ctx}: len() of {name:?}"
-        );
-        got.insert(name, tree);
-    }
     assert!(
-        normalize(&got) == normalize(want),
+        normalize(&contents(&db)) == normalize(want),
         "{ctx}: the contents at txid {txid} are not what that commit held"
     );
-    drop(rx);
-    // The recovered file takes new commits.
-    let tx = db.begin_write().unwrap();
-    tx.open_tree("after-cut")
-        .unwrap()
-        .insert(b"k", b"v")
-        .unwrap_or_else(|e| panic!("{ctx}: insert after recovery: {e}"));
-    tx.commit()
-        .unwrap_or_else(|e| panic!("{ctx}: commit after recovery: {e}"));
-    if let Err(e) = db.check() {
-        panic!("{ctx}: check after a commit on the recovered file: {e}");
-    }
+    takes_a_commit(&db).unwrap_or_else(|e| panic!("{ctx}: {e}"));
 }
 
 // ---- target 3: crafted metas over a real database ----------------------------------------------

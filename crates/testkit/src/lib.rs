@@ -1,12 +1,14 @@
 //! Test tooling shared by larch's integration tests (`tests/`), the cargo-fuzz targets
 //! (`fuzz/`) and anything else that exercises the engine from outside: the bodies of the fuzz
-//! targets, one seeded RNG, a scratch directory, and how a write lands in a power-cut disk
-//! image, whole or torn. It is a separate, unpublished crate so
+//! targets, one seeded RNG, a scratch directory, a recording `Storage` ([`recording`]) and the
+//! power-cut images built from what it recorded ([`images`]). It is a separate, unpublished crate so
 //! none of it is compiled into a user's build of `larch`.
 
 use std::path::Path;
 
 pub mod fuzz;
+pub mod images;
+pub mod recording;
 
 /// A tiny deterministic RNG (xorshift64: shifts 13, 7, 17), so a failure reproduces from the
 /// printed seed. The seed must not be 0 (xorshift stays at 0 forever); callers that take an

@@ -1,0 +1,149 @@
+//! The background compaction's state that commits and the handle share: whether one runs,
+//! the throttle that holds writers back while it catches up, and the `Trigger` a commit feeds
+//! to decide when to start one. Starting and running it (copy, catch-up, switch) is
+//! maintenance code, in autocompact.rs.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+
+/// The background compaction of one handle.
+#[derive(Debug, Default)]
+pub(crate) struct Compaction {
+    pub(crate) running: AtomicBool,
+    pub(crate) cancel: AtomicBool,
+    /// While a compaction runs: the file length past which writers wait for it (0: none).
+    pub(crate) limit: AtomicU64,
+    /// Writers waiting for the running compaction to end.
+    pub(crate) ended: parking_lot::Condvar,
+    pub(crate) ended_lock: Mutex<()>,
+    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) last: Mutex<Option<std::result::Result<CompactReport, String>>>,
+    pub(crate) completed: AtomicU64,
+    /// Compactions the threshold called for but that were not started (switch_refused).
+    pub(crate) refused: AtomicU64,
+}
+
+impl Compaction {
+    /// Stop a running compaction (it leaves the old file in place) and wait for its thread.
+    pub(crate) fn stop(&self) {
+        self.cancel.store(true, Ordering::Release);
+        self.join();
+    }
+
+    pub(crate) fn join(&self) {
+        let t = self.thread.lock().take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+
+    /// The compaction has ended (done, failed or stopped): wake the writers waiting for it.
+    pub(crate) fn finish(&self) {
+        let _g = self.ended_lock.lock();
+        self.limit.store(0, Ordering::Release);
+        self.running.store(false, Ordering::Release);
+        self.ended.notify_all();
+    }
+
+    /// Before a write transaction: while a compaction runs and the file has grown past its
+    /// limit, wait for the switch. Without this a fast writer outruns the copy (the copy's
+    /// snapshot pins every page freed meanwhile, so the old file grows as under `Null`) and
+    /// the file has no bound; with it, the file stays within (1 + t) of its length when the
+    /// compaction started. Writers never wait while holding the writer lock, so the last
+    /// catch-up round can always take it.
+    pub(crate) fn throttle(&self, file_len: impl Fn() -> u64) {
+        let limit = self.limit.load(Ordering::Acquire);
+        if limit == 0 || file_len() <= limit {
+            return;
+        }
+        let mut g = self.ended_lock.lock();
+        while self.running.load(Ordering::Acquire) && self.limit.load(Ordering::Acquire) != 0 {
+            self.ended.wait(&mut g);
+        }
+    }
+
+    pub(crate) fn cancelled(&self) -> Result<()> {
+        if self.cancel.load(Ordering::Acquire) {
+            return Err(Error::Compaction("stopped: the database is closing".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What the threshold is compared with: free pages the writer has not needed lately.
+///
+/// The dead ratio (`Stats::dead_ratio`) is the wrong trigger for a policy that reuses pages: it
+/// counts free pages the next commits will take, and pages that wait for the next sync (crash
+/// safety forbids reusing them before it; under Async commits they can be most of the tree).
+/// Compaction cannot give those back, so a threshold below the share a workload holds on its own
+/// would only compact back to back. What compaction can give back is slack: free pages that
+/// stayed free through the last two sync windows (a window ends when the durable txid
+/// advances), the fewest free pages seen over them. Pages that only readers hold count as
+/// free: compaction routes around a long-lived reader (it keeps the old file until it ends).
+/// A file that compaction created starts with
+/// the free pages its catch-up commits left; they count only once the writer has used them.
+#[derive(Debug, Default)]
+pub(crate) struct Trigger {
+    started: bool,
+    /// Fewest free pages since the durable txid last advanced, and in the window before.
+    cur_min: u64,
+    prev_min: u64,
+    /// Durable txid the current window began at.
+    window: crate::TxId,
+    /// For a compacted file: the fewest slack pages seen since the switch (not counted).
+    born: Option<u64>,
+}
+
+impl Trigger {
+    /// Record the free pages after a commit; the pages of slack over the baseline.
+    pub(crate) fn observe(&mut self, free: u64, durable: crate::TxId) -> u64 {
+        if !self.started {
+            self.started = true;
+            (self.cur_min, self.prev_min, self.window) = (free, free, durable);
+        } else if durable != self.window {
+            (self.prev_min, self.cur_min, self.window) = (self.cur_min, free, durable);
+        } else {
+            self.cur_min = self.cur_min.min(free);
+        }
+        let slack = self.cur_min.min(self.prev_min);
+        let base = match &mut self.born {
+            Some(b) => {
+                *b = (*b).min(slack);
+                *b
+            }
+            None => 0,
+        };
+        slack - base
+    }
+
+    /// A file made by compaction: its leftover free pages are not the writer's.
+    pub(crate) fn compacted() -> Trigger {
+        Trigger {
+            born: Some(u64::MAX),
+            ..Trigger::default()
+        }
+    }
+}
+
+/// What a compaction did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactReport {
+    /// File bytes before.
+    pub before_bytes: u64,
+    /// File bytes after.
+    pub after_bytes: u64,
+}
+
+impl CompactReport {
+    /// before / after (how many times smaller the file became).
+    pub fn gain(&self) -> f64 {
+        if self.after_bytes == 0 {
+            return 1.0;
+        }
+        self.before_bytes as f64 / self.after_bytes as f64
+    }
+}
