@@ -118,6 +118,14 @@ enum Step {
     Put(&'static str, Vec<u8>, Vec<u8>),
     Del(&'static str, Vec<u8>),
     DropTree(&'static str),
+    /// `remove_range(lo..hi)` on a tree.
+    RemoveRange(&'static str, Vec<u8>, Vec<u8>),
+    /// The same key and value put into two trees open side by side.
+    PutPair(&'static str, &'static str, Vec<u8>, Vec<u8>),
+    /// Take a savepoint in the open transaction.
+    Savepoint,
+    /// Roll back to the newest savepoint of the open transaction (nothing if none).
+    RollbackTo,
     /// Commit the transaction; if an injected fault fails it, retry its operations in a new
     /// transaction (after reopening the file if the fault poisoned the handle).
     Commit(Durability),
@@ -184,19 +192,71 @@ impl Trace {
     }
 }
 
-fn apply_step(tx: &mut larch::WriteTx<'_>, step: &Step) -> larch::Result<()> {
-    match step {
-        Step::Put(t, k, v) => tx.open_tree(t)?.insert(k, v),
-        Step::Del(t, k) => tx.open_tree(t)?.remove(k).map(drop),
-        Step::DropTree(t) => tx.delete_tree(t).map(drop),
-        other => unreachable!("not a data step: {other:?}"),
+fn is_data(step: &Step) -> bool {
+    matches!(
+        step,
+        Step::Put(..)
+            | Step::Del(..)
+            | Step::DropTree(..)
+            | Step::RemoveRange(..)
+            | Step::PutPair(..)
+            | Step::Savepoint
+            | Step::RollbackTo
+    )
+}
+
+/// Apply a transaction's data steps; the first error ends it.
+fn apply_steps(tx: &mut larch::WriteTx<'_>, steps: &[Step]) -> larch::Result<()> {
+    let mut savepoints = Vec::new();
+    for step in steps {
+        match step {
+            Step::Put(t, k, v) => tx.open_tree(t)?.insert(k, v)?,
+            Step::Del(t, k) => tx.open_tree(t)?.remove(k).map(drop)?,
+            Step::DropTree(t) => tx.delete_tree(t).map(drop)?,
+            Step::RemoveRange(t, lo, hi) => {
+                tx.open_tree(t)?.remove_range(&lo[..]..&hi[..]).map(drop)?
+            }
+            Step::PutPair(a, b, k, v) => {
+                let mut ta = tx.open_tree(a)?;
+                let mut tb = tx.open_tree(b)?;
+                ta.insert(k, v)?;
+                tb.insert(k, v)?;
+            }
+            Step::Savepoint => savepoints.push(tx.savepoint()),
+            Step::RollbackTo => {
+                if let Some(sp) = savepoints.last() {
+                    tx.rollback_to(sp)?;
+                }
+            }
+            other => unreachable!("not a data step: {other:?}"),
+        }
     }
+    Ok(())
 }
 
 fn apply_model(m: &Model, steps: &[Step]) -> Model {
     let mut m = m.clone();
+    let mut savepoints: Vec<Model> = Vec::new();
     for step in steps {
         match step {
+            Step::RemoveRange(t, lo, hi) => {
+                m.entry(t.to_string())
+                    .or_default()
+                    .retain(|k, _| !(k >= lo && k < hi));
+            }
+            Step::PutPair(a, b, k, v) => {
+                for t in [a, b] {
+                    m.entry(t.to_string())
+                        .or_default()
+                        .insert(k.clone(), v.clone());
+                }
+            }
+            Step::Savepoint => savepoints.push(m.clone()),
+            Step::RollbackTo => {
+                if let Some(s) = savepoints.last() {
+                    m = s.clone();
+                }
+            }
             Step::Put(t, k, v) => {
                 m.entry(t.to_string())
                     .or_default()
@@ -231,6 +291,10 @@ struct Coverage {
     reopens_after_failure: usize,
     closes: usize,
     compactions: usize,
+    /// Rollbacks to a savepoint, range removals, and trees written side by side.
+    rollbacks: usize,
+    remove_ranges: usize,
+    pairs: usize,
 }
 
 impl Coverage {
@@ -246,6 +310,9 @@ impl Coverage {
         self.reopens_after_failure += o.reopens_after_failure;
         self.closes += o.closes;
         self.compactions += o.compactions;
+        self.rollbacks += o.rollbacks;
+        self.remove_ranges += o.remove_ranges;
+        self.pairs += o.pairs;
     }
 }
 
@@ -366,13 +433,7 @@ impl Driver {
                 if retry { "commit" } else { "try to commit" },
                 if attempt > 0 { " (retry)" } else { "" }
             ));
-            let mut failed = None;
-            for step in steps {
-                if let Err(e) = apply_step(&mut tx, step) {
-                    failed = Some(e);
-                    break;
-                }
-            }
+            let failed = apply_steps(&mut tx, steps).err();
             let (e, reached_commit) = match failed {
                 // An overflow value is written at insert time: its write can fail.
                 Some(e) => {
@@ -438,11 +499,8 @@ impl Driver {
             steps.len(),
             if explicit { "abort()" } else { "dropped" }
         ));
-        for step in steps {
-            if let Err(e) = apply_step(&mut tx, step) {
-                self.fired("insert", &e);
-                break;
-            }
+        if let Err(e) = apply_steps(&mut tx, steps) {
+            self.fired("insert", &e);
         }
         if self.shared.len() > before {
             self.coverage.aborts_after_writes += 1;
@@ -558,7 +616,15 @@ fn run(steps: &[Step], opts: Options) -> Trace {
     let mut pending: Vec<Step> = Vec::new();
     for step in steps {
         match step {
-            Step::Put(..) | Step::Del(..) | Step::DropTree(..) => pending.push(step.clone()),
+            s if is_data(s) => {
+                match s {
+                    Step::RollbackTo => d.coverage.rollbacks += 1,
+                    Step::RemoveRange(..) => d.coverage.remove_ranges += 1,
+                    Step::PutPair(..) => d.coverage.pairs += 1,
+                    _ => {}
+                }
+                pending.push(step.clone())
+            }
             Step::Fail(on, n) => {
                 shared.arm(*on, *n);
                 d.event(format!("armed: {on:?} number {n} fails"));
@@ -582,11 +648,9 @@ fn run(steps: &[Step], opts: Options) -> Trace {
                 );
                 d.compact();
             }
+            other => unreachable!("a data step: {other:?}"),
         }
-        if !matches!(
-            step,
-            Step::Put(..) | Step::Del(..) | Step::DropTree(..) | Step::Fail(..)
-        ) {
+        if !is_data(step) && !matches!(step, Step::Fail(..)) {
             shared.disarm();
         }
     }
@@ -956,7 +1020,24 @@ impl Gen {
                     };
                     self.put(t, k, len, &mut puts);
                 }
-                6..=8 => self.s.push(Step::Del(t, k)),
+                6..=8 => match self.rng.below(24) {
+                    0 => {
+                        let from = self.rng.below(500);
+                        let to = from + 1 + self.rng.below(120);
+                        self.s.push(Step::RemoveRange(t, key(from), key(to)));
+                    }
+                    1 => {
+                        let other = self.tree();
+                        if other != t {
+                            let len = self.rng.below(400) as usize;
+                            let v = val(self.rng.next(), len);
+                            self.s.push(Step::PutPair(t, other, k, v));
+                        }
+                    }
+                    2 => self.s.push(Step::Savepoint),
+                    3 => self.s.push(Step::RollbackTo),
+                    _ => self.s.push(Step::Del(t, k)),
+                },
                 _ => {
                     if self.rng.below(10) == 0 {
                         self.s.push(Step::DropTree(t));
@@ -1275,7 +1356,10 @@ fn random_workloads_survive_random_cuts() {
                 && c.aborts_after_writes > 0
                 && c.reopens_after_failure > 0
                 && c.closes > 0
-                && c.compactions > 0,
+                && c.compactions > 0
+                && c.rollbacks > 0
+                && c.remove_ranges > 0
+                && c.pairs > 0,
             "the generator no longer makes every case: {c:?}"
         );
     }
