@@ -248,3 +248,39 @@ fn remove_range_removes_entries_a_rebalance_moves_between_children() {
     let left: Vec<usize> = t.iter().unwrap().map(|e| e.unwrap().0.len()).collect();
     assert_eq!((n, left), (10, vec![1000]));
 }
+
+/// Found by the model test: a range removal that empties many small branches (1 KiB keys,
+/// three to a page) must leave every branch with one child per key.
+#[test]
+fn remove_range_emptying_many_small_branches_keeps_the_tree_whole() {
+    let (_dir, db) = db();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("a").unwrap();
+        t.insert(b"\xff", b"").unwrap();
+        t.insert(b"a", b"").unwrap();
+        for j in 0..82u32 {
+            let mut k = vec![b'b'];
+            k.resize(1001, b'~');
+            k.extend_from_slice(format!("{j:05}").as_bytes());
+            t.insert(&k, &[0; 3]).unwrap();
+        }
+        let n = t
+            .remove_range((
+                Bound::Excluded(&b"bccbbbb"[..]),
+                Bound::Included(&b"c\x00\x00ccc"[..]),
+            ))
+            .unwrap();
+        assert_eq!(n, 82);
+        let keys: Vec<Vec<u8>> = t.iter().unwrap().map(|e| e.unwrap().0.to_vec()).collect();
+        assert_eq!(keys, vec![b"a".to_vec(), b"\xff".to_vec()]);
+        assert!(t.remove(b"a").unwrap());
+        assert_eq!(
+            t.remove_range((Bound::Included(&b"b"[..]), Bound::Included(&b"a"[..])))
+                .unwrap(),
+            0
+        );
+    }
+    tx.commit().unwrap();
+    db.check().unwrap();
+}

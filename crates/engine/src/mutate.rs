@@ -401,14 +401,21 @@ impl Txn {
         let page = self.nodes[c].page;
         self.nodes[c].live = false;
         self.free_fresh(page, 1);
+        self.unlink_child(parent, i);
+    }
+
+    /// Take child `i` out of branch `parent` (its pages are freed already). A branch whose
+    /// last child goes is left with no entries (its parent drops it in turn).
+    pub(crate) fn unlink_child(&mut self, parent: NodeIdx, i: usize) {
         let p = self.node_mut(parent);
         p.children.remove(i);
-        // Child 0 has no separator of its own: the next child's becomes the (empty) first.
-        let k = if i == 0 { 1 } else { i };
-        if k < p.len() {
-            p.remove_key(k);
-        }
-        if !p.is_empty() {
+        if p.children.is_empty() {
+            while !p.is_empty() {
+                p.remove_key(0);
+            }
+        } else {
+            // Child 0 has no separator of its own: the next child's becomes the (empty) first.
+            p.remove_key(if i == 0 { 1 } else { i });
             p.set_key(0, &[]);
         }
         p.recompute_size();

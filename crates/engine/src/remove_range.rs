@@ -183,19 +183,4 @@ impl Txn {
         }
         Ok((removed, None))
     }
-
-    /// Take child `i` out of branch `parent` (its pages are already freed).
-    fn unlink_child(&mut self, parent: NodeIdx, i: usize) {
-        let p = &mut self.nodes[parent];
-        p.children.remove(i);
-        if p.len() == 1 {
-            // The last child went: no entries left.
-            p.remove_key(0);
-        } else {
-            // Child 0 has no separator of its own: the next child's becomes the (empty) first.
-            p.remove_key(if i == 0 { 1 } else { i });
-            p.set_key(0, &[]);
-        }
-        p.recompute_size();
-    }
 }
