@@ -142,10 +142,9 @@ fn load_tree<'v>(
             }
         };
         let size = Node::leaf_entry_size(k, &val);
-        if node.size + size > limits.capacity {
+        if node.size() + size > limits.capacity {
             finish(w, &mut node, &mut built)?;
         }
-        node.size += size;
         node.push(k, val);
         total += 1;
     }
@@ -173,7 +172,7 @@ fn load_tree<'v>(
                 crate::mutate::separator(&prev_last, &child.first)
             };
             let size = Node::branch_entry_size(&sep);
-            if !node.is_empty() && node.size + size > limits.capacity {
+            if !node.is_empty() && node.size() + size > limits.capacity {
                 let page = w.node(&node)?;
                 level.push(Built {
                     page,
@@ -185,9 +184,7 @@ fn load_tree<'v>(
             if node.is_empty() {
                 first = child.first.clone();
                 node.push(&[], Val::Inline(&[]));
-                node.size += Node::branch_entry_size(&[]);
             } else {
-                node.size += Node::branch_entry_size(&sep);
                 node.push(&sep, Val::Inline(&[]));
             }
             node.children.push(Child::Page(child.page));

@@ -155,15 +155,12 @@ impl Txn {
             let n = self.node_mut(id);
             match n.search(key) {
                 Ok(i) => {
-                    n.size -= n.entry_size(i);
-                    n.size += Node::leaf_entry_size(key, &val);
                     let old = n.run(i);
                     n.set_val(i, val);
                     self.free_value(old);
                     existed = true;
                 }
                 Err(i) => {
-                    n.size += Node::leaf_entry_size(key, &val);
                     at_end = i == n.len();
                     n.insert_entry(i, key, val);
                     existed = false;
@@ -178,12 +175,11 @@ impl Txn {
             existed = e;
             if let Some((sep, right)) = split {
                 let n = self.node_mut(id);
-                n.size += Node::branch_entry_size(&sep);
                 at_end = i + 1 == n.children.len();
                 n.insert_child(i + 1, &sep, Child::Node(right));
             }
         }
-        if self.nodes[id].size > self.limits.capacity {
+        if self.nodes[id].size() > self.limits.capacity {
             return Ok((existed, Some(self.split(id, at_end))));
         }
         Ok((existed, None))
@@ -240,8 +236,6 @@ impl Txn {
             right.set_key(0, &[]);
             sep
         };
-        n.recompute_size();
-        right.recompute_size();
         self.nodes.push(right);
         (sep, self.nodes.len() - 1)
     }
@@ -347,7 +341,6 @@ impl Txn {
         n.push(&[], Val::Inline(&[]));
         n.push(&sep, Val::Inline(&[]));
         n.children = vec![Child::Node(left), Child::Node(right)];
-        n.recompute_size();
         self.nodes.push(n);
         let tree = &mut self.trees[t];
         tree.root = Some(Child::Node(self.nodes.len() - 1));
@@ -362,7 +355,6 @@ impl Txn {
             let Ok(i) = n.search(key) else {
                 return Ok(None);
             };
-            n.size -= n.entry_size(i);
             let old = n.run(i);
             n.remove(i);
             self.free_value(old);
@@ -376,18 +368,18 @@ impl Txn {
             return Ok(None);
         };
         if let Some((sep, right)) = split {
-            let n = self.node_mut(id);
-            n.size += Node::branch_entry_size(&sep);
-            n.insert_child(i + 1, &sep, Child::Node(right));
+            self.node_mut(id)
+                .insert_child(i + 1, &sep, Child::Node(right));
         }
         if self.nodes[c].is_empty() {
             // An empty child goes: its page is freed and its separator dropped.
             self.drop_child(id, i);
-        } else if self.nodes[c].size < self.limits.capacity / 2 && self.nodes[id].children.len() > 1
+        } else if self.nodes[c].size() < self.limits.capacity / 2
+            && self.nodes[id].children.len() > 1
         {
             self.rebalance(id, i)?;
         }
-        if self.nodes[id].size > self.limits.capacity {
+        if self.nodes[id].size() > self.limits.capacity {
             return Ok(Some(Some(self.split(id, false))));
         }
         Ok(Some(None))
@@ -418,7 +410,6 @@ impl Txn {
             p.remove_key(if i == 0 { 1 } else { i });
             p.set_key(0, &[]);
         }
-        p.recompute_size();
     }
 
     /// Child `i` of `parent` is under half full: merge it with a sibling if both fit one
@@ -441,14 +432,11 @@ impl Txn {
         }
         let ln = &mut self.nodes[l];
         ln.append(&mut right);
-        ln.recompute_size();
-        if ln.size <= self.limits.capacity {
+        if ln.size() <= self.limits.capacity {
             // Merge: the right node disappears.
             self.nodes[r].live = false;
             self.free_fresh(right_page, 1);
-            let p = self.node_mut(parent);
-            p.size -= p.entry_size(ri);
-            p.remove(ri);
+            self.node_mut(parent).remove(ri);
             return Ok(());
         }
         // Redistribute: split the combined node again at its most even point.
@@ -459,10 +447,7 @@ impl Txn {
         self.nodes[tmp].page = right_page;
         self.nodes.swap(r, tmp);
         self.nodes[tmp].live = false;
-        let p = self.node_mut(parent);
-        p.size -= p.entry_size(ri);
-        p.size += Node::branch_entry_size(&new_sep);
-        p.set_key(ri, &new_sep);
+        self.node_mut(parent).set_key(ri, &new_sep);
         Ok(())
     }
 

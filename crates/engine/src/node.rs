@@ -98,8 +98,8 @@ pub struct Node {
     ents: Vec<Ent>,
     /// Branch children.
     pub children: Vec<Child>,
-    /// Encoded size of slots and cells (the header excluded).
-    pub size: usize,
+    /// Encoded size of slots and cells (the header excluded); every edit keeps it.
+    size: usize,
     /// False once merged away: not written at commit.
     pub live: bool,
     /// The tree it belongs to.
@@ -218,8 +218,14 @@ impl Node {
         }
     }
 
+    /// Encoded size of the slots and cells (the page header excluded).
+    #[inline]
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
     /// Recompute `size` from the entries.
-    pub fn recompute_size(&mut self) {
+    fn recompute_size(&mut self) {
         self.size = (0..self.ents.len()).map(|i| self.entry_size(i)).sum();
     }
 
@@ -261,16 +267,18 @@ impl Node {
         }
     }
 
-    /// Leaf: insert `key`/`val` at position `i` (`size` is the caller's to keep).
+    /// Leaf: insert `key`/`val` at position `i`.
     pub fn insert_entry(&mut self, i: usize, key: &[u8], val: Val<'_>) {
         let e = self.ent(key, val);
         self.ents.insert(i, e);
+        self.size += self.entry_size(i);
     }
 
     /// Add an entry (leaf) or separator (branch) after the last one.
     pub fn push(&mut self, key: &[u8], val: Val<'_>) {
         let e = self.ent(key, val);
         self.ents.push(e);
+        self.size += self.entry_size(self.ents.len() - 1);
     }
 
     /// Leaf: replace the value of entry `i`; the key stays. An inline value of the same
@@ -288,12 +296,14 @@ impl Node {
         self.bytes
             .extend_from_within(e.at as usize..e.at as usize + e.klen as usize);
         let new = self.ent(&[], val);
+        self.size -= self.entry_size(i);
         self.ents[i] = Ent {
             at,
             klen: e.klen,
             vlen: new.vlen,
             run: new.run,
         };
+        self.size += self.entry_size(i);
         self.forget(e);
     }
 
@@ -301,7 +311,9 @@ impl Node {
     pub fn set_key(&mut self, i: usize, key: &[u8]) {
         let old = self.ents[i];
         let e = self.ent(key, Val::Inline(&[]));
+        self.size -= self.entry_size(i);
         self.ents[i] = e;
+        self.size += self.entry_size(i);
         self.forget(old);
     }
 
@@ -310,10 +322,12 @@ impl Node {
         let e = self.ent(key, Val::Inline(&[]));
         self.ents.insert(i, e);
         self.children.insert(i, child);
+        self.size += self.entry_size(i);
     }
 
-    /// Remove entry (and, in a branch, child) `i` (`size` is the caller's to keep).
+    /// Remove entry (and, in a branch, child) `i`.
     pub fn remove(&mut self, i: usize) {
+        self.size -= self.entry_size(i);
         let e = self.ents.remove(i);
         if !self.leaf {
             self.children.remove(i);
@@ -323,6 +337,7 @@ impl Node {
 
     /// Branch: remove separator `i` alone (children are the caller's to fix).
     pub fn remove_key(&mut self, i: usize) {
+        self.size -= self.entry_size(i);
         let e = self.ents.remove(i);
         self.forget(e);
     }
@@ -346,6 +361,8 @@ impl Node {
         // All at once: shedding in between would drop bytes the next entries' count assumes.
         self.dead += held;
         self.shed();
+        self.recompute_size();
+        right.recompute_size();
         right
     }
 
@@ -359,8 +376,10 @@ impl Node {
             ..e
         }));
         self.children.append(&mut other.children);
+        self.size += other.size;
         other.bytes.clear();
         other.dead = 0;
+        other.size = 0;
     }
 
     /// Decode a committed page into an editable node that will be written to `new_page`.
@@ -452,6 +471,13 @@ impl Node {
         txid: TxId,
         page_of: impl Fn(NodeIdx) -> PageId,
     ) {
+        debug_assert_eq!(
+            self.size,
+            (0..self.ents.len())
+                .map(|i| self.entry_size(i))
+                .sum::<usize>(),
+            "a node's kept size disagrees with its entries"
+        );
         let start = out.len();
         let header = PageHeader {
             page_type: if self.leaf {

@@ -99,7 +99,6 @@ impl Txn {
             let (a, b) = span.in_leaf(&self.nodes[id]);
             for j in (a..b).rev() {
                 let n = &mut self.nodes[id];
-                n.size -= n.entry_size(j);
                 let run = n.run(j);
                 n.remove(j);
                 self.free_value(run);
@@ -149,9 +148,7 @@ impl Txn {
             removed += n;
             edited.push(c);
             if let Some((sep, right)) = split {
-                let p = &mut self.nodes[id];
-                p.size += Node::branch_entry_size(&sep);
-                p.insert_child(i + 1, &sep, Child::Node(right));
+                self.nodes[id].insert_child(i + 1, &sep, Child::Node(right));
             }
         }
         // Drop the edited children left empty, then rebalance those left under half full
@@ -170,7 +167,7 @@ impl Txn {
         while i < self.nodes[id].children.len() {
             if let Child::Node(c) = self.nodes[id].children[i] {
                 if edited.contains(&c)
-                    && self.nodes[c].size < self.limits.capacity / 2
+                    && self.nodes[c].size() < self.limits.capacity / 2
                     && self.nodes[id].children.len() > 1
                 {
                     self.rebalance(id, i)?;
@@ -178,7 +175,7 @@ impl Txn {
             }
             i += 1;
         }
-        if self.nodes[id].size > self.limits.capacity {
+        if self.nodes[id].size() > self.limits.capacity {
             return Ok((removed, Some(self.split(id, false))));
         }
         Ok((removed, None))

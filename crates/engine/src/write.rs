@@ -455,24 +455,26 @@ impl Txn {
         let ps = self.limits.page_size;
         self.db.pager.ensure_pages(self.high_water)?;
         self.park();
-        // (tree, node) of every live dirty node, in page order.
-        let mut order: Vec<(TreeIdx, NodeIdx)> = Vec::new();
+        // (page, tree, node) of every live dirty node, in page order.
+        let mut order: Vec<(PageId, TreeIdx, NodeIdx)> = Vec::new();
         for (t, tree) in self.trees.iter().enumerate() {
             order.extend(
-                (0..tree.nodes.len())
-                    .filter(|&i| tree.nodes[i].live)
-                    .map(|i| (t, i)),
+                tree.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.live)
+                    .map(|(i, n)| (n.page, t, i)),
             );
         }
+        order.sort_unstable_by_key(|&(page, _, _)| page);
         let trees = &self.trees;
-        order.sort_unstable_by_key(|&(t, i)| trees[t].nodes[i].page);
         // Filled by appending, so the buffer is never zeroed first.
         let mut buf = Vec::with_capacity(order.len() * ps);
-        for &(t, i) in &order {
+        for &(_, t, i) in &order {
             let nodes = &trees[t].nodes;
             nodes[i].encode(&mut buf, ps, self.txid, |n| nodes[n].page);
         }
-        let pages: Vec<PageId> = order.iter().map(|&(t, i)| trees[t].nodes[i].page).collect();
+        let pages: Vec<PageId> = order.iter().map(|&(page, _, _)| page).collect();
         // Write contiguous runs of pages with one vectored call each.
         let runs = contiguous_runs(&pages);
         for &(start, end) in &runs {
@@ -492,7 +494,7 @@ impl Txn {
             })
             .collect();
         let mut overflow_runs = 0;
-        for &(t, i) in &order {
+        for &(_, t, i) in &order {
             for r in self.trees[t].nodes[i].runs().filter(|r| r.fresh) {
                 // Written when it was inserted: its checksum is in its first page's header.
                 let checksum = self

@@ -116,10 +116,11 @@ impl<'tx> WriteTree<'tx> {
     /// transaction for the call and comes back after it.
     fn edit<R>(&mut self, f: impl FnOnce(&mut Txn, TreeIdx) -> Result<R>) -> Result<R> {
         let mut txn = self.txn.borrow_mut();
-        txn.trees[self.idx] = std::mem::replace(&mut self.state, placeholder());
+        // The transaction holds a placeholder while the tree is lent: swap the two.
+        std::mem::swap(&mut txn.trees[self.idx], &mut self.state);
         let r = f(&mut txn, self.idx);
         txn.park();
-        self.state = std::mem::replace(&mut txn.trees[self.idx], placeholder());
+        std::mem::swap(&mut txn.trees[self.idx], &mut self.state);
         if !Arc::ptr_eq(&self.map, &txn.map) {
             self.map = txn.map.clone();
         }
