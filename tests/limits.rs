@@ -13,7 +13,12 @@ const README_TABLE: [(usize, usize, usize); 5] = [
 
 fn overflow_pages(db: &Db, tree: &str) -> u64 {
     let stats = db.stats().unwrap();
-    stats.trees.iter().find(|t| t.name == tree).unwrap().overflow_pages
+    stats
+        .trees
+        .iter()
+        .find(|t| t.name == tree)
+        .unwrap()
+        .overflow_pages
 }
 
 #[test]
