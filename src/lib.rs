@@ -54,3 +54,9 @@
 #![forbid(unsafe_code)]
 
 pub use larch_engine::*;
+
+/// The README's example, compiled and run (`cargo test --doc -p larch`), so that the front
+/// door cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

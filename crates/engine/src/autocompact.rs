@@ -288,6 +288,20 @@ fn apply_diff(base: &ReadTx, cur: &ReadTx, new: &Db, d: Durability) -> Result<()
 impl Db {
     /// Wait for a background compaction (if one runs) to finish; its result, or None if
     /// none has run since the last call.
+    ///
+    /// ```
+    /// use larch_engine::{Db, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// // Compact in the background once 30% of the file has stayed free.
+    /// let db = Db::open(dir.path().join("t.larch"), Options::default().compaction_threshold(Some(0.3)))?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.commit()?;
+    /// // A tiny file (under `compaction_min_bytes`) is never compacted.
+    /// assert!(db.wait_for_compaction()?.is_none());
+    /// assert_eq!((db.compactions(), db.compactions_refused()), (0, 0));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn wait_for_compaction(&self) -> Result<Option<CompactReport>> {
         self.handle.compaction.join();
         match self.handle.compaction.last.lock().take() {
@@ -297,7 +311,8 @@ impl Db {
         }
     }
 
-    /// Background compactions completed by this handle.
+    /// Background compactions completed by this handle. See [`Db::wait_for_compaction`] for
+    /// an example.
     pub fn compactions(&self) -> u64 {
         self.handle.compaction.completed.load(Ordering::Acquire)
     }
@@ -305,7 +320,7 @@ impl Db {
     /// Background compactions the threshold called for but that were not started, because
     /// the file has other hard links or its path no longer names it (renaming a compacted
     /// file over the path would not replace the database). [`Db::wait_for_compaction`]
-    /// returns the reason.
+    /// returns the reason. See [`Db::wait_for_compaction`] for an example.
     pub fn compactions_refused(&self) -> u64 {
         self.handle.compaction.refused.load(Ordering::Acquire)
     }

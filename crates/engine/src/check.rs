@@ -19,14 +19,28 @@ use crate::PageId;
 /// Stop collecting after this many problems: a wrecked file need not list every page.
 const MAX_PROBLEMS: usize = 1000;
 
-/// Everything `check` found.
+/// Everything [`Db::check_report`] found.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+/// let tx = db.begin_write()?;
+/// tx.open_tree("t")?.insert(b"k", b"v")?;
+/// tx.commit()?;
+/// let report = db.check_report()?;
+/// assert!(report.is_ok());
+/// assert_eq!(report.txid, 1);
+/// assert!(report.problems.is_empty() && report.reachable_pages > 2);
+/// # Ok::<(), larch_engine::Error>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct CheckReport {
     /// The commit checked.
     pub txid: u64,
     /// Pages reachable from the meta (metas included).
     pub reachable_pages: u64,
-    /// Pages the free map marks unreachable.
+    /// Pages the file records as unreachable: free, or kept for a reader or for the last
+    /// durable commit.
     pub unreachable_pages: u64,
     /// Notes that are not damage to the checked commit (e.g. open fell back past a torn meta).
     pub notes: Vec<String>,
@@ -35,7 +49,7 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    /// True when no problem was found.
+    /// True when no problem was found. See [`CheckReport`] for an example.
     pub fn is_ok(&self) -> bool {
         self.problems.is_empty()
     }
@@ -206,6 +220,16 @@ impl<'a> Visitor<'a> for Checker<'a> {
 impl Db {
     /// Full integrity check of the newest commit; `Err(Error::CheckFailed)` describing the
     /// problems if any.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.commit()?;
+    /// db.check()?; // every checksum, key order, count, and every page reachable or free
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn check(&self) -> Result<()> {
         let r = self.check_report()?;
         if r.problems.is_empty() {
@@ -215,7 +239,8 @@ impl Db {
         }
     }
 
-    /// Full integrity check, listing every problem found (up to a thousand).
+    /// Full integrity check, listing every problem found (up to a thousand). See
+    /// [`CheckReport`] for an example.
     pub fn check_report(&self) -> Result<CheckReport> {
         let rx = self.begin_read()?;
         let meta = rx.meta();

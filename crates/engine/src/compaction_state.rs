@@ -129,7 +129,13 @@ impl Trigger {
     }
 }
 
-/// What a compaction did.
+/// What a compaction did: [`crate::Db::compact`], [`crate::Db::compact_to`],
+/// [`crate::Db::wait_for_compaction`].
+///
+/// ```
+/// let r = larch_engine::CompactReport { before_bytes: 3 << 20, after_bytes: 1 << 20 };
+/// assert_eq!(r.gain(), 3.0);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompactReport {
     /// File bytes before.

@@ -202,7 +202,8 @@ impl<'a> Cursor<'a> {
 
 /// Iterator over `(key, value)` pairs of a range, in key order, from either end.
 ///
-/// Items are `Result`s: a damaged page ends the iteration with an error.
+/// Items are `Result`s: a damaged page ends the iteration with an error. See
+/// [`crate::ReadTree::range`] for an example.
 #[derive(Debug)]
 pub struct Range<'a> {
     view: View<'a>,

@@ -19,6 +19,18 @@ use crate::view::View;
 use crate::write::WriteTx;
 
 /// Writes and syncs a handle has made.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+/// let tx = db.begin_write()?;
+/// tx.open_tree("t")?.insert(b"k", b"v")?;
+/// tx.commit()?;
+/// let io = db.io_stats();
+/// assert_eq!(io.commits, 1);
+/// assert!(io.write_calls >= 1 && io.syncs >= 1);
+/// # Ok::<(), larch_engine::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoStats {
     /// Calls to the storage's write (one per contiguous run of pages, plus meta writes).
@@ -69,13 +81,27 @@ impl Drop for Db {
 }
 
 impl Db {
-    /// Open `path`, creating it if missing (unless `Options::create(false)`). Fails with a
-    /// clear error if another handle has it open, or it is not a valid larch file.
+    /// Open `path`, creating it if missing (unless `Options::create(false)`); an empty (0-byte)
+    /// file becomes a new database too. Fails with [`crate::Error::AlreadyOpen`] if another
+    /// handle has it open, and [`crate::Error::NotADatabase`] if it is not a larch file.
     ///
     /// The database is the file, not the name: symlinks in `path` are resolved at open (a
     /// missing file is created in the resolved directory; a dangling symlink is refused), and
     /// [`Db::path`] is the resolved path. Through a symlink or any hard link, the lock keeps a
     /// second writer out (docs/format.md, "Locking").
+    ///
+    /// ```
+    /// use larch_engine::{Db, Error, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("t.larch");
+    /// std::fs::File::create(&path).unwrap(); // an empty file becomes a new database
+    /// let db = Db::open(&path, Options::default())?;
+    /// assert!(matches!(Db::open(&path, Options::default()), Err(Error::AlreadyOpen { .. })));
+    /// drop(db);
+    /// let missing = dir.path().join("missing.larch");
+    /// assert!(Db::open(&missing, Options::default().create(false)).is_err());
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         let path = path.as_ref();
         opts.validate()?;
@@ -198,6 +224,22 @@ impl Db {
 
     /// Begin a read transaction: a snapshot of the newest commit. Any number, on any thread;
     /// readers never block the writer or each other.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"old")?;
+    /// tx.commit()?;
+    /// let before = db.begin_read()?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"new")?;
+    /// tx.commit()?;
+    /// // The snapshot still sees the state it began with.
+    /// assert_eq!(before.open_tree("t")?.get(b"k")?, Some(&b"old"[..]));
+    /// assert_eq!(db.begin_read()?.open_tree("t")?.get(b"k")?, Some(&b"new"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn begin_read(&self) -> Result<ReadTx> {
         let (snap, shard) = self.handle.snapshots.begin(&self.handle)?;
         Ok(ReadTx::new(snap, shard))
@@ -205,12 +247,36 @@ impl Db {
 
     /// Begin the write transaction, waiting for the current one to end. (Do not call this, or
     /// [`Db::sync`], on a thread that already holds a write transaction: it would wait forever.)
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// drop(tx); // not committed: aborted
+    /// assert!(db.begin_read()?.open_tree("t").is_err());
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn begin_write(&self) -> Result<WriteTx<'_>> {
         WriteTx::begin(&self.handle)
     }
 
     /// Make every commit so far durable (Async and NoMetaSync ones included). Does not wait
     /// for a write transaction in progress (it may be called while one is open).
+    ///
+    /// ```
+    /// use larch_engine::{Db, Durability, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Db::open(dir.path().join("t.larch"), Options::default().durability(Durability::Async))?;
+    /// for i in 0..10u8 {
+    ///     let tx = db.begin_write()?;
+    ///     tx.open_tree("t")?.insert(&[i], b"v")?; // visible at once, durable later
+    ///     tx.commit()?;
+    /// }
+    /// db.sync()?; // all ten survive power loss from here on
+    /// assert_eq!(db.stats()?.durable_txid, 10);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn sync(&self) -> Result<()> {
         loop {
             let inner = self.current_file();
@@ -230,6 +296,7 @@ impl Db {
 
     /// What this handle has written and synced so far (for benchmarks: write calls are
     /// separate runs of pages, i.e. seeks).
+    /// See [`IoStats`] for an example.
     pub fn io_stats(&self) -> IoStats {
         use std::sync::atomic::Ordering::Relaxed;
         let inner = self.current_file();
@@ -245,16 +312,42 @@ impl Db {
 
     /// The file's path, resolved at open (absolute, no symlinks): where background compaction
     /// puts the compacted file. Not necessarily the path `open` was given.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// assert!(db.path().is_absolute());
+    /// assert_eq!(db.path().file_name().unwrap(), "t.larch");
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn path(&self) -> &Path {
         &self.handle.path
     }
 
     /// The file's page size.
+    ///
+    /// ```
+    /// use larch_engine::{Db, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("t.larch");
+    /// drop(Db::open(&path, Options::default().page_size(16384))?);
+    /// // An existing file keeps its page size, whatever the options say.
+    /// assert_eq!(Db::open(&path, Options::default())?.page_size(), 16384);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn page_size(&self) -> usize {
         self.current_file().pager.page_size()
     }
 
     /// The options it was opened with.
+    ///
+    /// ```
+    /// use larch_engine::{Db, Durability, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Db::open(dir.path().join("t.larch"), Options::default().durability(Durability::Async))?;
+    /// assert_eq!(db.options().get_durability(), Durability::Async);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn options(&self) -> Options {
         self.handle.opts
     }

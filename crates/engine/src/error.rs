@@ -14,7 +14,7 @@ use larch_pager::PagerError;
 
 use crate::PageId;
 
-/// Result of a larch operation.
+/// Result of a larch operation: `Ok(T)` or an [`Error`] (see there for an example).
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Everything that can go wrong. Match on the variants; new ones may be added.
@@ -120,7 +120,13 @@ pub enum Error {
     NoCurrentEntry,
 }
 
-/// One thing wrong with the file, as `check` reports it.
+/// One thing wrong with the file, as `check` reports it ([`crate::CheckReport::problems`],
+/// [`Error::CheckFailed`]).
+///
+/// ```
+/// let p = larch_engine::Problem { page: Some(7), what: "bad checksum".into() };
+/// assert_eq!(p.to_string(), "page 7: bad checksum");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     /// The page concerned, if one.
@@ -182,6 +188,14 @@ impl Error {
     }
 
     /// The kind of the system error, for an [`Error::Io`].
+    ///
+    /// ```
+    /// use larch_engine::{Db, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let err = Db::open(dir.path().join("no/such/dir/t.larch"), Options::default()).unwrap_err();
+    /// assert_eq!(err.io_kind(), Some(std::io::ErrorKind::NotFound));
+    /// assert!(!err.is_disk_full());
+    /// ```
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
             Error::Io { source, .. } => Some(source.kind()),
@@ -190,7 +204,7 @@ impl Error {
     }
 
     /// True if this is the disk being full (ENOSPC, EFBIG or EDQUOT): the commit failed and
-    /// the database is still at the previous one.
+    /// the database is still at the previous one. See [`Error::io_kind`] for an example.
     pub fn is_disk_full(&self) -> bool {
         matches!(self, Error::Io { source, .. } if larch_pager::is_disk_full(source))
     }

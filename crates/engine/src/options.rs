@@ -4,7 +4,20 @@ pub use larch_freelist::PolicyKind as Policy;
 pub use larch_pager::{Advice, WriteMode};
 
 /// When a commit becomes durable (survives power loss). Per database, overridable per
-/// transaction with [`crate::WriteTx::set_durability`].
+/// transaction with [`crate::WriteTx::set_durability`]. The README's "Choosing durability"
+/// says what each risks on power loss and what it costs.
+///
+/// ```
+/// use larch_engine::{Db, Durability, Options};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Db::open(dir.path().join("t.larch"), Options::default().durability(Durability::Async))?;
+/// let mut tx = db.begin_write()?;
+/// tx.open_tree("t")?.insert(b"k", b"v")?;
+/// tx.set_durability(Durability::Sync); // this one commit is durable when commit returns
+/// tx.commit()?;
+/// assert_eq!(db.stats()?.durable_txid, 1);
+/// # Ok::<(), larch_engine::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Durability {
     /// Durable when commit returns: pages and a meta listing them, one fdatasync (the
@@ -22,10 +35,18 @@ pub enum Durability {
 }
 
 impl Durability {
-    /// Every durability.
+    /// Every durability. See [`Durability::name`] for an example.
     pub const ALL: [Durability; 3] = [Durability::Sync, Durability::NoMetaSync, Durability::Async];
 
     /// Lowercase name used on the command line.
+    ///
+    /// ```
+    /// use larch_engine::Durability;
+    /// for d in Durability::ALL {
+    ///     assert_eq!(Durability::from_name(d.name()), Some(d));
+    /// }
+    /// assert_eq!(Durability::NoMetaSync.name(), "nometasync");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Durability::Sync => "sync",
@@ -33,7 +54,7 @@ impl Durability {
             Durability::Async => "async",
         }
     }
-    /// Inverse of [`Durability::name`].
+    /// Inverse of [`Durability::name`]; see there for an example.
     pub fn from_name(s: &str) -> Option<Self> {
         match s {
             "sync" => Some(Durability::Sync),
@@ -95,7 +116,14 @@ impl Default for Options {
 
 impl Options {
     /// Check the options every open path relies on: a legal page size, a compaction
-    /// threshold strictly between 0 and 1.
+    /// threshold strictly between 0 and 1. [`crate::Db::open`] calls it.
+    ///
+    /// ```
+    /// use larch_engine::{Error, Options};
+    /// assert!(Options::default().validate().is_ok());
+    /// assert!(matches!(Options::default().page_size(5000).validate(), Err(Error::InvalidOption(_))));
+    /// assert!(Options::default().compaction_threshold(Some(1.5)).validate().is_err());
+    /// ```
     pub fn validate(&self) -> crate::Result<()> {
         if !larch_pager::valid_page_size(self.page_size) {
             return Err(crate::Error::InvalidOption(format!(
@@ -114,12 +142,23 @@ impl Options {
     }
 
     /// Page size for a new file: a power of two in 4096..=65536. An existing file keeps the
-    /// page size it was created with.
+    /// page size it was created with. The page size sets the largest key (a quarter of it)
+    /// and which values stay in their leaf (the README's "Limits").
+    ///
+    /// ```
+    /// use larch_engine::{Db, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Db::open(dir.path().join("t.larch"), Options::default().page_size(65536))?;
+    /// assert_eq!(db.page_size(), 65536);
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(&[7; 16384], b"a key of page_size / 4 bytes")?;
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn page_size(mut self, size: usize) -> Self {
         self.page_size = size;
         self
     }
-    /// Default durability of write transactions.
+    /// Default durability of write transactions. See [`Durability`] for an example.
     pub fn durability(mut self, d: Durability) -> Self {
         self.durability = d;
         self
@@ -130,33 +169,91 @@ impl Options {
     /// pages land together (9x fewer write runs per commit in docs/policies.md), but it
     /// barely reuses anything under Async overwrites: 15x the logical data in the workload
     /// harness, against 1.8-3.3x for `FirstFit`, with slower reads over the larger file.
+    ///
+    /// ```
+    /// use larch_engine::{Advice, Durability, Options, Policy, WriteMode};
+    /// let opts = Options::default().policy(Policy::AppendPreferring);
+    /// assert_eq!(opts.get_policy(), Policy::AppendPreferring);
+    /// assert_eq!(Policy::from_name("first-fit"), Some(Policy::FirstFit));
+    /// ```
     pub fn policy(mut self, p: Policy) -> Self {
         self.policy = p;
         self
     }
-    /// How dirty pages reach the file.
+    /// How a commit's pages reach the file: `Pwrite` (the default: pwritev from private
+    /// buffers) or `Mmap` (stores through a writable map, msync of the ranges written).
+    ///
+    /// ```
+    /// use larch_engine::{Advice, Durability, Options, Policy, WriteMode};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = larch_engine::Db::open(dir.path().join("t.larch"), Options::default().write_mode(WriteMode::Mmap))?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.commit()?;
+    /// assert_eq!(db.options().get_write_mode(), WriteMode::Mmap);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn write_mode(mut self, m: WriteMode) -> Self {
         self.write_mode = m;
         self
     }
-    /// madvise applied to the read map.
+    /// madvise applied to the read map: `Random` (the default: no readahead, best for point
+    /// reads on files larger than memory), `Normal` or `Sequential`.
+    ///
+    /// ```
+    /// use larch_engine::{Advice, Durability, Options, Policy, WriteMode};
+    /// assert_eq!(Options::default().get_advice(), Advice::Random);
+    /// assert_eq!(Options::default().advice(Advice::Sequential).get_advice(), Advice::Sequential);
+    /// ```
     pub fn advice(mut self, a: Advice) -> Self {
         self.advice = a;
         self
     }
     /// Verify each page's crc32 on every read (off by default for speed; `check()` always
     /// verifies).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let opts = larch_engine::Options::default().verify_checksums(true);
+    /// let db = larch_engine::Db::open(dir.path().join("t.larch"), opts)?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.commit()?;
+    /// assert_eq!(db.begin_read()?.open_tree("t")?.get(b"k")?, Some(&b"v"[..])); // checked
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn verify_checksums(mut self, on: bool) -> Self {
         self.verify_checksums = on;
         self
     }
     /// Open without write access, under a shared lock: any number of read-only handles, no
     /// writer. The file is never modified.
+    ///
+    /// ```
+    /// use larch_engine::{Db, Error, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("t.larch");
+    /// drop(Db::open(&path, Options::default())?);
+    /// let a = Db::open(&path, Options::default().read_only(true))?;
+    /// let b = Db::open(&path, Options::default().read_only(true))?; // shared
+    /// assert!(matches!(a.begin_write(), Err(Error::ReadOnly { .. })));
+    /// assert!(matches!(Db::open(&path, Options::default()), Err(Error::AlreadyOpen { .. })));
+    /// # drop(b);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn read_only(mut self, on: bool) -> Self {
         self.read_only = on;
         self
     }
     /// Create the file if it is missing (default true).
+    ///
+    /// ```
+    /// use larch_engine::{Db, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("missing.larch");
+    /// assert!(Db::open(&path, Options::default().create(false)).is_err());
+    /// assert!(!path.exists());
+    /// ```
     pub fn create(mut self, on: bool) -> Self {
         self.create = on;
         self
@@ -168,6 +265,7 @@ impl Options {
     /// could not give them back. While a compaction runs, `begin_write` waits for it once the
     /// file has grown by this fraction since it started, so a fast writer cannot outrun the
     /// copy. `None` (the default) never compacts on its own (docs/format.md, "By threshold").
+    /// See [`crate::Db::wait_for_compaction`] for an example.
     pub fn compaction_threshold(mut self, t: Option<f64>) -> Self {
         self.compaction_threshold = t;
         self
@@ -177,6 +275,18 @@ impl Options {
     /// any is missing or torn. `false` keeps LMDB's protocol: pages, fdatasync, meta,
     /// fdatasync. A commit whose page list does not fit the meta page, or that follows a
     /// commit not yet durable, uses the two-sync protocol either way.
+    ///
+    /// ```
+    /// use larch_engine::{Db, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Db::open(dir.path().join("t.larch"), Options::default().one_fsync_commit(false))?;
+    /// let syncs = db.io_stats().syncs;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.commit()?;
+    /// assert_eq!(db.io_stats().syncs - syncs, 2); // pages, fdatasync, meta, fdatasync
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn one_fsync_commit(mut self, on: bool) -> Self {
         self.one_fsync = on;
         self
@@ -186,6 +296,25 @@ impl Options {
     /// once a later commit's (or its own, if none comes) fdatasync has made it durable. One
     /// fdatasync then covers the whole group (docs/format.md, "Group commit"). `false`: every
     /// `Sync` commit syncs before it releases the writer lock.
+    ///
+    /// ```
+    /// use larch_engine::{Db, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// assert!(db.options().get_group_commit());
+    /// std::thread::scope(|s| {
+    ///     for i in 0..4u8 {
+    ///         let db = &db;
+    ///         s.spawn(move || -> larch_engine::Result<()> {
+    ///             let tx = db.begin_write()?;
+    ///             tx.open_tree("t")?.insert(&[i], b"v")?;
+    ///             tx.commit() // returns once durable, perhaps by another thread's sync
+    ///         });
+    ///     }
+    /// });
+    /// assert_eq!(db.stats()?.durable_txid, 4);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn group_commit(mut self, on: bool) -> Self {
         self.group_commit = on;
         self
@@ -197,36 +326,70 @@ impl Options {
     /// default: a torn commit (a crash before it was durable) falls back on its own, damage
     /// to a durable one is reported, never silently absorbed (docs/format.md, "Torn or
     /// damaged"). `larch check --fall-back` uses it read-only.
+    ///
+    /// ```
+    /// let opts = larch_engine::Options::default().read_only(true).fall_back_on_damage(true);
+    /// # let _ = opts;
+    /// ```
     pub fn fall_back_on_damage(mut self, on: bool) -> Self {
         self.fall_back_on_damage = on;
         self
     }
     /// Smallest file that threshold compaction considers (default 4 MiB).
+    ///
+    /// ```
+    /// use larch_engine::Options;
+    /// let opts = Options::default().compaction_threshold(Some(0.3)).compaction_min_bytes(64 << 20);
+    /// assert!(opts.validate().is_ok());
+    /// ```
     pub fn compaction_min_bytes(mut self, bytes: u64) -> Self {
         self.compaction_min_bytes = bytes;
         self
     }
     /// The page size that a new file would get.
+    ///
+    /// ```
+    /// assert_eq!(larch_engine::Options::default().get_page_size(), 4096);
+    /// ```
     pub fn get_page_size(&self) -> usize {
         self.page_size
     }
     /// The default durability.
+    ///
+    /// ```
+    /// use larch_engine::{Durability, Options};
+    /// assert_eq!(Options::default().get_durability(), Durability::Sync);
+    /// ```
     pub fn get_durability(&self) -> Durability {
         self.durability
     }
-    /// The policy.
+    /// The free-space policy.
+    ///
+    /// ```
+    /// use larch_engine::{Options, Policy};
+    /// assert_eq!(Options::default().get_policy(), Policy::FirstFit);
+    /// ```
     pub fn get_policy(&self) -> Policy {
         self.policy
     }
     /// The write mode.
+    ///
+    /// ```
+    /// use larch_engine::{Options, WriteMode};
+    /// assert_eq!(Options::default().get_write_mode(), WriteMode::Pwrite);
+    /// ```
     pub fn get_write_mode(&self) -> WriteMode {
         self.write_mode
     }
-    /// The access-pattern advice for the read map.
+    /// The access-pattern advice for the read map. See [`Options::advice`] for an example.
     pub fn get_advice(&self) -> Advice {
         self.advice
     }
     /// Whether group commit is on.
+    ///
+    /// ```
+    /// assert!(!larch_engine::Options::default().group_commit(false).get_group_commit());
+    /// ```
     pub fn get_group_commit(&self) -> bool {
         self.group_commit
     }

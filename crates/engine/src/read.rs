@@ -16,6 +16,21 @@ use crate::TxId;
 /// many commits follow. Holds its pages from reuse until dropped (and until every
 /// [`OwnedReadTree`] taken from it is dropped). Cloning it is cheap and reads the same
 /// snapshot.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+/// # let tx = db.begin_write()?;
+/// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+/// # tx.commit()?;
+/// let rx = db.begin_read()?;
+/// let rx2 = rx.clone(); // the same snapshot, e.g. for another thread
+/// std::thread::spawn(move || assert_eq!(rx2.open_tree("t").unwrap().len().unwrap(), 3))
+///     .join()
+///     .unwrap();
+/// assert_eq!(rx.txid(), 1);
+/// # Ok::<(), larch_engine::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ReadTx {
     hold: Arc<Registered>,
@@ -46,7 +61,7 @@ impl ReadTx {
         &self.hold.snap
     }
 
-    /// The commit this snapshot shows.
+    /// The commit this snapshot shows. See [`ReadTx`] for an example.
     pub fn txid(&self) -> TxId {
         self.snap().meta.txid
     }
@@ -68,7 +83,19 @@ impl ReadTx {
         )
     }
 
-    /// Open a tree for reading; an error if it does not exist.
+    /// Open a tree for reading; [`Error::TreeNotFound`] if it does not exist.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let rx = db.begin_read()?;
+    /// assert_eq!(rx.open_tree("t")?.get(b"a")?, Some(&b"v"[..]));
+    /// assert!(matches!(rx.open_tree("nope"), Err(larch_engine::Error::TreeNotFound(_))));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn open_tree(&self, name: &str) -> Result<ReadTree<'_>> {
         let view = self.view();
         let cached = self.snap().first_tree.get();
@@ -97,6 +124,17 @@ impl ReadTx {
     }
 
     /// Names of every tree, sorted.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("b")?.insert(b"k", b"v")?;
+    /// tx.open_tree("a")?;
+    /// tx.commit()?;
+    /// assert_eq!(db.begin_read()?.tree_names()?, ["a", "b"]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn tree_names(&self) -> Result<Vec<String>> {
         let range = Range::new(
             self.view(),
@@ -134,7 +172,8 @@ pub struct OwnedReadTree {
 }
 
 impl ReadTx {
-    /// [`ReadTx::open_tree`], as a handle that keeps the snapshot alive by itself.
+    /// [`ReadTx::open_tree`], as a handle that keeps the snapshot alive by itself. See
+    /// [`OwnedReadTree`] for an example.
     pub fn open_tree_owned(&self, name: &str) -> Result<OwnedReadTree> {
         let root = self.open_tree(name)?.root;
         Ok(OwnedReadTree {
@@ -146,6 +185,18 @@ impl ReadTx {
 
 impl OwnedReadTree {
     /// The tree as a [`ReadTree`] borrowing this handle.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// let r: larch_engine::ReadTree<'_> = t.tree();
+    /// assert_eq!(r.len()?, 3);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn tree(&self) -> ReadTree<'_> {
         ReadTree {
             view: self.tx.view(),
@@ -154,41 +205,131 @@ impl OwnedReadTree {
     }
 
     /// The snapshot this tree reads.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// assert_eq!(t.transaction().txid(), 1);
+    /// assert_eq!(t.transaction().tree_names()?, ["t"]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn transaction(&self) -> &ReadTx {
         &self.tx
     }
 
     /// See [`ReadTree::get`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// assert_eq!(t.get(b"b")?, Some(&b"v"[..]));
+    /// assert_eq!(t.get(b"z")?, None);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>> {
         self.tree().get(key)
     }
 
     /// See [`ReadTree::range`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// assert_eq!(t.range(&b"b"[..]..)?.count(), 2);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn range<'k, R: RangeBounds<&'k [u8]>>(&self, range: R) -> Result<Range<'_>> {
         self.tree().range(range)
     }
 
     /// See [`ReadTree::iter`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// assert_eq!(t.iter()?.rev().next().transpose()?, Some((&b"c"[..], &b"v"[..])));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn iter(&self) -> Result<Range<'_>> {
         self.tree().iter()
     }
 
     /// See [`ReadTree::first`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// assert_eq!(t.first()?.map(|(k, _)| k), Some(&b"a"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn first(&self) -> Result<Option<(&[u8], &[u8])>> {
         self.tree().first()
     }
 
     /// See [`ReadTree::last`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// assert_eq!(t.last()?.map(|(k, _)| k), Some(&b"c"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn last(&self) -> Result<Option<(&[u8], &[u8])>> {
         self.tree().last()
     }
 
     /// See [`ReadTree::len`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// assert_eq!(t.len()?, 3);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn len(&self) -> Result<u64> {
         self.tree().len()
     }
 
     /// See [`ReadTree::is_empty`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let t = db.begin_read()?.open_tree_owned("t")?;
+    /// assert!(!t.is_empty()?);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn is_empty(&self) -> Result<bool> {
         self.tree().is_empty()
     }
@@ -223,6 +364,20 @@ fn bound_slice<'k>(b: Bound<&&'k [u8]>) -> Bound<&'k [u8]> {
 
 impl<'r> ReadTree<'r> {
     /// The value of `key`: a slice straight out of the map, no copy.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let rx = db.begin_read()?;
+    /// let t = rx.open_tree("t")?;
+    /// let v: &[u8] = t.get(b"a")?.unwrap(); // lives as long as `rx`
+    /// assert_eq!(v, b"v");
+    /// assert_eq!(t.get(b"z")?, None);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     #[inline]
     pub fn get(&self, key: &[u8]) -> Result<Option<&'r [u8]>> {
         self.view.get(&self.root, PageRole::Data, key)
@@ -255,7 +410,20 @@ impl<'r> ReadTree<'r> {
         ))
     }
 
-    /// Every entry, in key order.
+    /// Every entry, in key order; `.rev()` for descending.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let rx = db.begin_read()?;
+    /// let t = rx.open_tree("t")?;
+    /// let keys: Vec<&[u8]> = t.iter()?.rev().map(|e| e.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    /// assert_eq!(keys, [&b"c"[..], &b"b"[..], &b"a"[..]]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn iter(&self) -> Result<Range<'r>> {
         Ok(Range::new(
             self.view,
@@ -267,11 +435,33 @@ impl<'r> ReadTree<'r> {
     }
 
     /// The smallest entry.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let rx = db.begin_read()?;
+    /// assert_eq!(rx.open_tree("t")?.first()?, Some((&b"a"[..], &b"v"[..])));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn first(&self) -> Result<Option<(&'r [u8], &'r [u8])>> {
         self.iter()?.next().transpose()
     }
 
     /// The largest entry.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let rx = db.begin_read()?;
+    /// assert_eq!(rx.open_tree("t")?.last()?, Some((&b"c"[..], &b"v"[..])));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn last(&self) -> Result<Option<(&'r [u8], &'r [u8])>> {
         self.iter()?.next_back().transpose()
     }
@@ -280,12 +470,33 @@ impl<'r> ReadTree<'r> {
         self.root
     }
 
-    /// Number of entries (O(1)).
+    /// Number of entries (O(1): the count is stored with the tree).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// # let tx = db.begin_write()?;
+    /// # { let mut t = tx.open_tree("t")?; for k in [b"a", b"b", b"c"] { t.insert(k, b"v")?; } }
+    /// # tx.commit()?;
+    /// let rx = db.begin_read()?;
+    /// assert_eq!(rx.open_tree("t")?.len()?, 3);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn len(&self) -> Result<u64> {
         Ok(self.root.entries)
     }
 
     /// True if the tree has no entries.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("empty")?;
+    /// tx.commit()?;
+    /// assert!(db.begin_read()?.open_tree("empty")?.is_empty()?);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.root.entries == 0)
     }

@@ -116,6 +116,27 @@ impl Db {
     /// the free tail. Readers may stay open (pages they still see are moved but not reused
     /// until they finish, so the file shrinks less while they live). Works under every policy.
     /// Commits with `Sync`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for i in 0..5000u32 {
+    ///     t.insert(&i.to_be_bytes(), &[0; 200])?;
+    /// }
+    /// drop(t);
+    /// tx.commit()?;
+    /// let tx = db.begin_write()?;
+    /// let from = 100u32.to_be_bytes();
+    /// tx.open_tree("t")?.remove_range(&from[..]..)?; // most of the file is now free
+    /// tx.commit()?;
+    /// let report = db.compact()?;
+    /// assert!(report.after_bytes < report.before_bytes);
+    /// assert_eq!(std::fs::metadata(db.path()).unwrap().len(), report.after_bytes);
+    /// assert_eq!(db.begin_read()?.open_tree("t")?.len()?, 100);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn compact(&self) -> Result<CompactReport> {
         let before = self.current_file().pager.file_len();
         let mut last_high_water = u64::MAX;
@@ -158,6 +179,20 @@ impl Db {
     /// Write the newest commit's live data into a new file at `path` (which must not exist):
     /// in key order, leaves adjacent, branches after their children, no free pages. The file
     /// appears at `path` only when complete and synced.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.commit()?;
+    /// let copy = dir.path().join("copy.larch");
+    /// let report = db.compact_to(&copy)?;
+    /// assert_eq!(std::fs::metadata(&copy).unwrap().len(), report.after_bytes);
+    /// let db2 = larch_engine::Db::open(&copy, Default::default())?;
+    /// assert_eq!(db2.begin_read()?.open_tree("t")?.get(b"k")?, Some(&b"v"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn compact_to(&self, path: impl AsRef<Path>) -> Result<CompactReport> {
         let rx = self.begin_read()?;
         copy_snapshot(

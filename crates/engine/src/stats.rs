@@ -8,7 +8,7 @@ use crate::node_page::ValRef;
 use crate::view::View;
 use crate::TxId;
 
-/// Shape of one tree (like mdb_stat).
+/// Shape of one tree (like mdb_stat). See [`Db::stats`] for an example.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeStats {
     /// Tree name.
@@ -38,7 +38,12 @@ impl TreeStats {
     }
 }
 
-/// Space accounting of the newest commit.
+/// Space accounting of the newest commit. See [`Db::stats`] for an example.
+///
+/// A page of the file is *live* (reachable from the newest commit), *free* (reusable now) or
+/// *pending* (unreachable from the newest commit, but a reader's snapshot or the last durable
+/// commit may still need it); *high water* is the number of pages ever used, below which all
+/// three lie.
 #[derive(Clone, Debug)]
 pub struct Stats {
     /// Page size.
@@ -139,6 +144,25 @@ pub(crate) fn tree_stats(
 
 impl Db {
     /// Space accounting and per-tree shape of the newest commit.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for i in 0..1000u32 {
+    ///     t.insert(&i.to_be_bytes(), &[0; 100])?;
+    /// }
+    /// drop(t);
+    /// tx.commit()?;
+    /// let stats = db.stats()?;
+    /// assert_eq!((stats.txid, stats.durable_txid), (1, 1));
+    /// let t = &stats.trees[0];
+    /// assert_eq!((t.name.as_str(), t.entries, t.depth), ("t", 1000, 2));
+    /// assert!(t.leaf_pages > 1 && t.fill(stats.page_size) > 0.4);
+    /// assert_eq!(stats.readers, 0);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn stats(&self) -> Result<Stats> {
         let rx = self.begin_read()?;
         let view = rx.view();

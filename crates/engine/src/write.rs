@@ -563,6 +563,22 @@ fn check_tree_name(name: &str, limits: &Limits) -> Result<()> {
 /// Trees are opened with `&self`, so several can be used side by side; each tree can be open
 /// once at a time. `WriteTx` is `Send`: it may be moved to another thread (or held across an
 /// `.await`) and committed there.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+/// let tx = db.begin_write()?;
+/// std::thread::scope(|s| {
+///     s.spawn(move || -> larch_engine::Result<()> {
+///         tx.open_tree("t")?.insert(b"k", b"v")?;
+///         tx.commit() // on another thread than the one that began it
+///     })
+///     .join()
+///     .unwrap()
+/// })?;
+/// assert_eq!(db.begin_read()?.open_tree("t")?.get(b"k")?, Some(&b"v"[..]));
+/// # Ok::<(), larch_engine::Error>(())
+/// ```
 pub struct WriteTx<'db> {
     pub(crate) txn: RefCell<Txn>,
     /// The commit this transaction started from: committed pages are read in place.
@@ -581,7 +597,8 @@ impl std::fmt::Debug for WriteTx<'_> {
 }
 
 /// A point inside a write transaction to roll back to ([`WriteTx::savepoint`]). Costs a copy
-/// of the transaction's dirty pages in memory; nothing is written.
+/// of the pages the transaction has changed so far, in memory; nothing is written. See
+/// [`WriteTx::savepoint`] for an example.
 #[derive(Debug)]
 pub struct Savepoint {
     serial: u64,
@@ -617,12 +634,23 @@ impl<'db> WriteTx<'db> {
         self.txn.into_inner()
     }
 
-    /// The id this transaction will commit as.
+    /// The id this transaction will commit as (the newest commit's, plus one).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// assert_eq!(tx.txid(), 1);
+    /// tx.commit()?;
+    /// assert_eq!(db.begin_write()?.txid(), 2);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn txid(&self) -> TxId {
         self.base.meta.txid + 1
     }
 
-    /// Override the database's durability for this commit.
+    /// Override the database's durability for this commit. See [`crate::Durability`] for an
+    /// example.
     pub fn set_durability(&mut self, d: Durability) {
         self.txn.get_mut().durability = d;
     }
@@ -666,11 +694,35 @@ impl<'db> WriteTx<'db> {
 
     /// Delete a tree and free all its pages. Returns false if it did not exist; an error if
     /// it is open.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.commit()?;
+    /// let tx = db.begin_write()?;
+    /// assert!(tx.delete_tree("t")?);
+    /// assert!(!tx.delete_tree("t")?);
+    /// tx.commit()?;
+    /// assert!(db.begin_read()?.tree_names()?.is_empty());
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn delete_tree(&self, name: &str) -> Result<bool> {
         self.txn.borrow_mut().delete_tree(name)
     }
 
-    /// Names of all trees, as this transaction sees them.
+    /// Names of all trees, as this transaction sees them (sorted).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("b")?;
+    /// tx.open_tree("a")?;
+    /// assert_eq!(tx.tree_names()?, ["a", "b"]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn tree_names(&self) -> Result<Vec<String>> {
         self.txn.borrow().tree_names()
     }
@@ -717,7 +769,7 @@ impl<'db> WriteTx<'db> {
     /// Undo everything done after `sp`. `sp` stays valid (roll back to it again as often as
     /// needed); savepoints taken after it are no longer valid. A savepoint of another
     /// transaction, or one a rollback to an earlier savepoint made invalid, is
-    /// [`Error::InvalidSavepoint`].
+    /// [`Error::InvalidSavepoint`]. See [`WriteTx::savepoint`] for an example.
     pub fn rollback_to(&mut self, sp: &Savepoint) -> Result<()> {
         let txn = self.txn.get_mut();
         if sp.serial != txn.serial || !txn.savepoints.contains(&sp.id) {
@@ -734,12 +786,35 @@ impl<'db> WriteTx<'db> {
         Ok(())
     }
 
-    /// Make the transaction's changes visible and, per its durability, durable.
+    /// Make the transaction's changes visible and, per its durability, durable. On an error
+    /// nothing of it is visible and the database stays at the previous commit.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// let before = db.begin_read()?;
+    /// tx.commit()?;
+    /// assert!(before.open_tree("t").is_err()); // an older snapshot
+    /// assert_eq!(db.begin_read()?.open_tree("t")?.len()?, 1);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn commit(self) -> Result<()> {
         self.txn.into_inner().commit()
     }
 
     /// Abort: nothing this transaction did becomes visible. Same as dropping it.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.abort();
+    /// assert!(db.begin_read()?.tree_names()?.is_empty());
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn abort(self) {
         let mut txn = self.txn.into_inner();
         txn.rollback();

@@ -145,7 +145,20 @@ impl<'tx> WriteTree<'tx> {
         }
     }
 
-    /// Insert or overwrite `key` with `value`.
+    /// Insert or overwrite `key` with `value`. Keys are 1 to page size / 4 bytes
+    /// ([`crate::Error::EmptyKey`], [`crate::Error::KeyTooLarge`]); values up to `u32::MAX`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// t.insert(b"k", b"1")?;
+    /// t.insert(b"k", b"2")?;
+    /// assert_eq!((t.get(b"k")?, t.len()?), (Some(&b"2"[..]), 1));
+    /// assert!(matches!(t.insert(b"", b"v"), Err(larch_engine::Error::EmptyKey)));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.edit(|txn, t| {
             txn.trees[t].dirty = true;
@@ -154,6 +167,20 @@ impl<'tx> WriteTree<'tx> {
     }
 
     /// Remove `key`; true if it was there.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// assert!(t.remove(b"b")?);
+    /// assert!(!t.remove(b"b")?);
+    /// assert_eq!(t.len()?, 2);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn remove(&mut self, key: &[u8]) -> Result<bool> {
         if self.get(key)?.is_none() {
             return Ok(false);
@@ -201,6 +228,19 @@ impl<'tx> WriteTree<'tx> {
 
     /// Keep only the entries for which `keep(key, value)` is true; returns how many were
     /// removed.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for i in 0..10u8 {
+    ///     t.insert(&[i], &[i % 2])?;
+    /// }
+    /// assert_eq!(t.retain(|_, v| v == [0])?, 5);
+    /// assert!(t.iter()?.all(|e| e.unwrap().1 == [0]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) -> Result<u64> {
         let mut removed = 0;
         let mut after: Option<Vec<u8>> = None;
@@ -224,6 +264,19 @@ impl<'tx> WriteTree<'tx> {
     }
 
     /// Remove and return the first entry.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// assert_eq!(t.pop_first()?, Some((b"a".to_vec(), b"v".to_vec())));
+    /// assert_eq!(t.len()?, 2);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn pop_first(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let Some((k, v)) = self.first()?.map(|(k, v)| (k.to_vec(), v.to_vec())) else {
             return Ok(None);
@@ -233,6 +286,19 @@ impl<'tx> WriteTree<'tx> {
     }
 
     /// Remove and return the last entry.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// assert_eq!(t.pop_last()?.map(|(k, _)| k), Some(b"c".to_vec()));
+    /// assert_eq!(t.last()?.map(|(k, _)| k), Some(&b"b"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn pop_last(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         let Some((k, v)) = self.last()?.map(|(k, v)| (k.to_vec(), v.to_vec())) else {
             return Ok(None);
@@ -241,7 +307,18 @@ impl<'tx> WriteTree<'tx> {
         Ok(Some((k, v)))
     }
 
-    /// The value of `key`, including this transaction's writes.
+    /// The value of `key`, including this transaction's writes. The slice borrows the tree.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// assert_eq!(t.get(b"k")?, None);
+    /// t.insert(b"k", b"v")?;
+    /// assert_eq!(t.get(b"k")?, Some(&b"v"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn get(&self, key: &[u8]) -> Result<Option<&[u8]>> {
         self.reader().get(key)
     }
@@ -278,27 +355,87 @@ impl<'tx> WriteTree<'tx> {
         })
     }
 
-    /// Every entry, in order.
+    /// Every entry, in order, including this transaction's writes; `.rev()` for descending.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let keys: Vec<&[u8]> = t.iter()?.rev().map(|e| e.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    /// assert_eq!(keys, [&b"c"[..], &b"b"[..], &b"a"[..]]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn iter(&self) -> Result<WriteRange<'_>> {
         self.range::<(Bound<&[u8]>, Bound<&[u8]>)>((Bound::Unbounded, Bound::Unbounded))
     }
 
     /// The first entry.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// assert_eq!(t.first()?, Some((&b"a"[..], &b"v"[..])));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn first(&self) -> Result<Option<(&[u8], &[u8])>> {
         self.iter()?.next().transpose()
     }
 
     /// The last entry.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// assert_eq!(t.last()?, Some((&b"c"[..], &b"v"[..])));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn last(&self) -> Result<Option<(&[u8], &[u8])>> {
         self.iter()?.next_back().transpose()
     }
 
-    /// Number of entries (O(1)).
+    /// Number of entries (O(1)), including this transaction's writes.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// assert_eq!(t.len()?, 3);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn len(&self) -> Result<u64> {
         Ok(self.state.entries)
     }
 
     /// True if the tree has no entries.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// assert!(t.is_empty()?);
+    /// t.insert(b"k", b"v")?;
+    /// assert!(!t.is_empty()?);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.state.entries == 0)
     }
@@ -335,7 +472,8 @@ impl<'tx> WriteTree<'tx> {
 
 /// A cursor over a [`WriteTree`]. It stands on a key (or, after
 /// [`WriteCursor::delete_current`], between its neighbours); `next`/`prev` move from there,
-/// and see every change made through the cursor or before it.
+/// and see every change made through the cursor or before it. See [`WriteTree::cursor`]
+/// for an example.
 pub struct WriteCursor<'c, 'tx> {
     tree: &'c mut WriteTree<'tx>,
     at: Option<Vec<u8>>,
@@ -370,22 +508,81 @@ impl WriteCursor<'_, '_> {
     }
 
     /// Move to the first entry.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let mut c = t.cursor();
+    /// assert_eq!(c.first()?.map(|(k, _)| k), Some(&b"a"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn first(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         self.go(Bound::Unbounded, Bound::Unbounded, false)
     }
 
     /// Move to the last entry.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let mut c = t.cursor();
+    /// assert_eq!(c.last()?.map(|(k, _)| k), Some(&b"c"[..]));
+    /// assert_eq!(c.prev()?.map(|(k, _)| k), Some(&b"b"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn last(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         self.go(Bound::Unbounded, Bound::Unbounded, true)
     }
 
     /// Move to the first entry at or after `key`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let mut c = t.cursor();
+    /// assert_eq!(c.seek(b"bb")?.map(|(k, _)| k), Some(&b"c"[..]));
+    /// assert_eq!(c.seek(b"d")?, None);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn seek(&mut self, key: &[u8]) -> Result<Option<(&[u8], &[u8])>> {
         self.go(Bound::Included(key), Bound::Unbounded, false)
     }
 
     /// Move to the next entry (the first, if the cursor has not moved yet). `None` at the end
     /// leaves the cursor where it was.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let mut c = t.cursor();
+    /// let mut keys = Vec::new();
+    /// while let Some((k, _)) = c.next()? {
+    ///     keys.push(k.to_vec());
+    /// }
+    /// assert_eq!(keys, [b"a", b"b", b"c"]);
+    /// assert_eq!(c.current()?.map(|(k, _)| k), Some(&b"c"[..])); // still on the last
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         match self.at.take() {
@@ -413,6 +610,20 @@ impl WriteCursor<'_, '_> {
 
     /// Move to the previous entry (the last, if the cursor has not moved yet). `None` at the
     /// start leaves the cursor where it was.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let mut c = t.cursor();
+    /// assert_eq!(c.prev()?.map(|(k, _)| k), Some(&b"c"[..]));
+    /// assert_eq!(c.prev()?.map(|(k, _)| k), Some(&b"b"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn prev(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         match self.at.take() {
             None => self.last(),
@@ -439,6 +650,23 @@ impl WriteCursor<'_, '_> {
 
     /// The entry the cursor stands on; `None` if it has not moved yet or that entry was
     /// deleted.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let mut c = t.cursor();
+    /// assert_eq!(c.current()?, None);
+    /// c.seek(b"b")?;
+    /// assert_eq!(c.current()?.map(|(k, _)| k), Some(&b"b"[..]));
+    /// c.delete_current()?;
+    /// assert_eq!(c.current()?, None);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn current(&self) -> Result<Option<(&[u8], &[u8])>> {
         let Some(at) = &self.at else {
             return Ok(None);
@@ -448,7 +676,25 @@ impl WriteCursor<'_, '_> {
         range.next().transpose()
     }
 
-    /// Replace the value of the entry the cursor stands on. An error if it stands on none.
+    /// Replace the value of the entry the cursor stands on; [`crate::Error::NoCurrentEntry`]
+    /// if it stands on none.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let mut c = t.cursor();
+    /// assert!(matches!(c.put_current(b"x"), Err(larch_engine::Error::NoCurrentEntry)));
+    /// c.seek(b"b")?;
+    /// c.put_current(b"x")?;
+    /// drop(c);
+    /// assert_eq!(t.get(b"b")?, Some(&b"x"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn put_current(&mut self, value: &[u8]) -> Result<()> {
         let Some(at) = self.at.clone() else {
             return Err(Error::NoCurrentEntry);
@@ -461,6 +707,22 @@ impl WriteCursor<'_, '_> {
 
     /// Delete the entry the cursor stands on; false if there is none. The cursor then stands
     /// between its neighbours: `next` and `prev` move to them.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for k in [b"a", b"b", b"c"] {
+    ///     t.insert(k, b"v")?;
+    /// }
+    /// let mut c = t.cursor();
+    /// c.seek(b"b")?;
+    /// assert!(c.delete_current()?);
+    /// assert!(!c.delete_current()?);
+    /// assert_eq!(c.next()?.map(|(k, _)| k), Some(&b"c"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
     pub fn delete_current(&mut self) -> Result<bool> {
         let Some(at) = self.at.clone() else {
             return Ok(false);
@@ -679,7 +941,8 @@ impl ChildAt<'_> {
     }
 }
 
-/// Entries of a [`WriteTree`] in a key range; see [`WriteTree::range`].
+/// Entries of a [`WriteTree`] in a key range, from either end; see [`WriteTree::range`] for
+/// an example. Items are `Result`s: a damaged page ends the iteration with an error.
 pub struct WriteRange<'a> {
     reader: TreeReader<'a>,
     start: Bound<Vec<u8>>,
