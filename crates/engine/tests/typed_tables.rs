@@ -12,7 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use larch_engine::{Db, Durability, Error, MultimapTable, Options, ReadTx, Savepoint, Table, WriteTx};
+use larch_engine::{
+    Db, Durability, Error, MultimapTable, Options, ReadTx, Savepoint, Table, WriteTx,
+};
 use proptest::prelude::*;
 
 const PAIRS: Table<(&str, i16), &[u8]> = Table::new("pairs");
@@ -644,7 +646,10 @@ fn write_side_reads_of_the_wrong_type_are_errors_and_lose_nothing() {
         // The first entry decodes; the second does not, and stops the scan with an error.
         let mut it = t.iter().unwrap();
         assert_eq!(it.next().unwrap().unwrap(), (1, 10));
-        assert!(matches!(it.next(), Some(Err(Error::Corrupt { page: 0, .. }))));
+        assert!(matches!(
+            it.next(),
+            Some(Err(Error::Corrupt { page: 0, .. }))
+        ));
         drop(it);
         // `retain` removes what it visited before the bad entry, then reports it.
         assert!(matches!(t.retain(|_, _| false), Err(Error::Corrupt { .. })));
