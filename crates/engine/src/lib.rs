@@ -51,8 +51,9 @@ pub use options::{Advice, Durability, Options, Policy, WriteMode};
 pub use read::{OwnedReadTree, ReadTree, ReadTx};
 pub use stats::{Stats, TreeStats};
 pub use typed::{
-    DecodeError, Key, MultimapTable, MultimapValues, PrefixKey, ReadMultimapTable, ReadTable,
-    Table, TableRange, Value, WriteMultimapTable, WriteTable,
+    DecodeError, Key, MultimapTable, MultimapValues, OwnedEntry, OwnedReadMultimapTable,
+    OwnedReadTable, PrefixKey, ReadMultimapTable, ReadTable, Table, TableRange, Value,
+    WriteMultimapTable, WriteTable,
 };
 pub use write::{Savepoint, WriteTx};
 pub use write_tree::{WriteCursor, WriteRange, WriteTree};

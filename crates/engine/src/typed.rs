@@ -21,8 +21,10 @@ use std::fmt;
 use crate::Error;
 
 pub use key::{Key, PrefixKey, Value};
-pub use multimap::{MultimapTable, MultimapValues, ReadMultimapTable, WriteMultimapTable};
-pub use table::{ReadTable, Table, TableRange, WriteTable};
+pub use multimap::{
+    MultimapTable, MultimapValues, OwnedReadMultimapTable, ReadMultimapTable, WriteMultimapTable,
+};
+pub use table::{OwnedEntry, OwnedReadTable, ReadTable, Table, TableRange, WriteTable};
 
 /// Bytes that do not decode as the type asked for: a tree written as one type and read as
 /// another, or a hand-written byte value in a typed table.

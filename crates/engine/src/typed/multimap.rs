@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use super::decode_error;
 use super::key::Key;
 use super::table::prefix_range;
-use crate::{Range, ReadTree, ReadTx, Result, WriteTree, WriteTx};
+use crate::{OwnedReadTree, Range, ReadTree, ReadTx, Result, WriteRange, WriteTree, WriteTx};
 
 /// The name and types of a multimap table: each key holds a sorted set of values.
 ///
@@ -119,6 +119,92 @@ impl ReadTx {
             name: def.name,
             types: PhantomData,
         })
+    }
+}
+
+impl ReadTx {
+    /// [`ReadTx::open_multimap_table`], as a handle that keeps its snapshot alive by itself.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, MultimapTable, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const M: MultimapTable<u32, u32> = MultimapTable::new("m");
+    /// # let mut tx = db.begin_write()?;
+    /// # tx.open_multimap_table(&M)?.insert(1, 10)?;
+    /// # tx.commit()?;
+    /// let m = db.begin_read()?.open_multimap_table_owned(&M)?;
+    /// let n = std::thread::spawn(move || m.table().get_all(1).map(Iterator::count))
+    ///     .join()
+    ///     .unwrap()?;
+    /// assert_eq!(n, 1);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn open_multimap_table_owned<K: Key, V: Key>(
+        &self,
+        def: &MultimapTable<K, V>,
+    ) -> Result<OwnedReadMultimapTable<K, V>> {
+        Ok(OwnedReadMultimapTable {
+            tree: self.open_tree_owned(def.name)?,
+            name: def.name,
+            types: PhantomData,
+        })
+    }
+}
+
+/// A multimap table of a read transaction that owns its snapshot
+/// ([`ReadTx::open_multimap_table_owned`]); read it through
+/// [`table`](OwnedReadMultimapTable::table).
+pub struct OwnedReadMultimapTable<K: Key, V: Key> {
+    tree: OwnedReadTree,
+    name: &'static str,
+    types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: Key, V: Key> OwnedReadMultimapTable<K, V> {
+    /// The table, borrowing this handle.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, MultimapTable, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const M: MultimapTable<u8, u8> = MultimapTable::new("m");
+    /// # let mut tx = db.begin_write()?;
+    /// # tx.open_multimap_table(&M)?.insert(1, 2)?;
+    /// # tx.commit()?;
+    /// let m = db.begin_read()?.open_multimap_table_owned(&M)?;
+    /// assert!(m.table().contains(1, 2)?);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn table(&self) -> ReadMultimapTable<'_, K, V> {
+        ReadMultimapTable {
+            tree: self.tree.tree(),
+            name: self.name,
+            types: PhantomData,
+        }
+    }
+
+    /// The snapshot this table reads.
+    pub fn transaction(&self) -> &ReadTx {
+        self.tree.transaction()
+    }
+}
+
+impl<K: Key, V: Key> Clone for OwnedReadMultimapTable<K, V> {
+    fn clone(&self) -> Self {
+        OwnedReadMultimapTable {
+            tree: self.tree.clone(),
+            name: self.name,
+            types: PhantomData,
+        }
+    }
+}
+
+impl<K: Key, V: Key> fmt::Debug for OwnedReadMultimapTable<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedReadMultimapTable")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -404,6 +490,70 @@ impl<K: Key, V: Key> WriteMultimapTable<'_, K, V> {
     /// ```
     pub fn is_empty(&self) -> Result<bool> {
         self.tree.is_empty()
+    }
+}
+
+impl<'t, K: Key, V: Key> WriteMultimapTable<'t, K, V> {
+    /// The values of `key`, in value order (`.rev()` for descending), including this
+    /// transaction's writes; empty if it has none. The iterator borrows the table.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, MultimapTable, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const POSTINGS: MultimapTable<&str, u32> = MultimapTable::new("postings");
+    /// let tx = db.begin_write()?;
+    /// let mut p = tx.open_multimap_table(&POSTINGS)?;
+    /// for doc in [7, 3, 5] {
+    ///     p.insert("tree", doc)?;
+    /// }
+    /// p.insert("trees", 1)?; // another key, though "tree" is a prefix of it
+    /// let docs: Vec<u32> = p.get_all("tree")?.collect::<Result<_, _>>()?;
+    /// assert_eq!(docs, [3, 5, 7]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn get_all<'k>(
+        &self,
+        key: impl Borrow<K::SelfType<'k>>,
+    ) -> Result<MultimapValues<'_, K, V, WriteRange<'_>>>
+    where
+        K: 'k,
+    {
+        let mut prefix = Vec::new();
+        K::encode_nested(key.borrow(), &mut prefix);
+        let (start, end) = prefix_range(&prefix);
+        let inner = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
+        Ok(MultimapValues::new(inner, prefix.len(), self.name))
+    }
+
+    /// Remove every value of `key`; returns how many. One range removal over the key's
+    /// pairs, so a key with many values costs about as much as one with few.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, MultimapTable, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const TAGS: MultimapTable<u32, &str> = MultimapTable::new("tags");
+    /// let tx = db.begin_write()?;
+    /// let mut tags = tx.open_multimap_table(&TAGS)?;
+    /// for t in ["a", "b", "c"] {
+    ///     tags.insert(1, t)?;
+    /// }
+    /// tags.insert(2, "a")?;
+    /// assert_eq!(tags.remove_all(1)?, 3);
+    /// assert_eq!(tags.remove_all(1)?, 0);
+    /// assert_eq!(tags.len()?, 1);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn remove_all<'k>(&mut self, key: impl Borrow<K::SelfType<'k>>) -> Result<u64>
+    where
+        K: 'k,
+    {
+        let mut prefix = Vec::new();
+        K::encode_nested(key.borrow(), &mut prefix);
+        let (start, end) = prefix_range(&prefix);
+        self.tree
+            .remove_range((start, end.as_ref().map(Vec::as_slice)))
     }
 }
 

@@ -7,7 +7,7 @@ use std::ops::{Bound, RangeBounds};
 
 use super::key::{Key, PrefixKey, Value};
 use super::{decode_error, prefix_end};
-use crate::{Range, ReadTree, ReadTx, Result, WriteTree, WriteTx};
+use crate::{OwnedReadTree, Range, ReadTree, ReadTx, Result, WriteRange, WriteTree, WriteTx};
 
 /// The name and types of a table, usually a `const`:
 /// `const USERS: Table<&str, u64> = Table::new("users");`.
@@ -111,6 +111,93 @@ impl ReadTx {
             name: def.name,
             types: PhantomData,
         })
+    }
+}
+
+impl ReadTx {
+    /// [`ReadTx::open_table`], as a handle that keeps its snapshot alive by itself: keep it in
+    /// a struct next to other state, or move it to another thread.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const USERS: Table<&str, u32> = Table::new("users");
+    /// # let mut tx = db.begin_write()?;
+    /// # tx.open_table(&USERS)?.insert("alice", 42)?;
+    /// # tx.commit()?;
+    /// let users = db.begin_read()?.open_table_owned(&USERS)?;
+    /// let age = std::thread::spawn(move || users.table().get("alice")).join().unwrap()?;
+    /// assert_eq!(age, Some(42));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn open_table_owned<K: Key, V: Value>(
+        &self,
+        def: &Table<K, V>,
+    ) -> Result<OwnedReadTable<K, V>> {
+        Ok(OwnedReadTable {
+            tree: self.open_tree_owned(def.name)?,
+            name: def.name,
+            types: PhantomData,
+        })
+    }
+}
+
+/// A typed table of a read transaction that owns its snapshot ([`ReadTx::open_table_owned`]).
+/// Read it through [`table`](OwnedReadTable::table); what that returns borrows the handle.
+pub struct OwnedReadTable<K: Key, V: Value> {
+    tree: OwnedReadTree,
+    name: &'static str,
+    types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: Key, V: Value> OwnedReadTable<K, V> {
+    /// The table, borrowing this handle.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const T: Table<u8, u8> = Table::new("t");
+    /// # let mut tx = db.begin_write()?;
+    /// # tx.open_table(&T)?.insert(1, 2)?;
+    /// # tx.commit()?;
+    /// struct Snapshot {
+    ///     t: larch_engine::OwnedReadTable<u8, u8>,
+    /// }
+    /// let s = Snapshot { t: db.begin_read()?.open_table_owned(&T)? };
+    /// assert_eq!(s.t.table().first()?, Some((1, 2)));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn table(&self) -> ReadTable<'_, K, V> {
+        ReadTable {
+            tree: self.tree.tree(),
+            name: self.name,
+            types: PhantomData,
+        }
+    }
+
+    /// The snapshot this table reads.
+    pub fn transaction(&self) -> &ReadTx {
+        self.tree.transaction()
+    }
+}
+
+impl<K: Key, V: Value> Clone for OwnedReadTable<K, V> {
+    fn clone(&self) -> Self {
+        OwnedReadTable {
+            tree: self.tree.clone(),
+            name: self.name,
+            types: PhantomData,
+        }
+    }
+}
+
+impl<K: Key, V: Value> fmt::Debug for OwnedReadTable<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedReadTable")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -512,6 +599,344 @@ impl<K: Key, V: Value> WriteTable<'_, K, V> {
     /// ```
     pub fn is_empty(&self) -> Result<bool> {
         self.tree.is_empty()
+    }
+}
+
+impl<'t, K: Key, V: Value> WriteTable<'t, K, V> {
+    /// Decode an entry read from the tree, reporting bytes of the wrong type as an error.
+    #[allow(clippy::type_complexity)]
+    fn decode<'a>(&self, k: &'a [u8], v: &'a [u8]) -> Result<(K::Decoded<'a>, V::Decoded<'a>)>
+    where
+        K: 'a,
+        V: 'a,
+    {
+        let k = K::from_bytes(k).map_err(|e| decode_error(self.name, e))?;
+        let v = V::from_bytes(v).map_err(|e| decode_error(self.name, e))?;
+        Ok((k, v))
+    }
+
+    /// Entries with keys in `range`, in key order, including this transaction's writes;
+    /// `.rev()` for descending. The range borrows the table, so the table cannot change while
+    /// it lives: collect what to change first, or use [`retain`](WriteTable::retain) or
+    /// [`remove_range`](WriteTable::remove_range).
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const T: Table<u32, &str> = Table::new("t");
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_table(&T)?;
+    /// for (k, v) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
+    ///     t.insert(k, v)?;
+    /// }
+    /// let mid: Vec<(u32, &str)> = t.range(2..4)?.collect::<Result<_, _>>()?;
+    /// assert_eq!(mid, [(2, "b"), (3, "c")]);
+    /// let down: Vec<u32> = t.range(2..)?.rev().map(|e| e.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    /// assert_eq!(down, [4, 3, 2]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn range<'a, 'k, KR>(
+        &'a self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<TableRange<'a, K, V, WriteRange<'a>>>
+    where
+        K: 'k,
+        KR: Borrow<K::SelfType<'k>>,
+    {
+        let bounds = encode_bounds::<K, KR, _>(&range);
+        let inner = self.tree.range(as_slices(&bounds))?;
+        Ok(TableRange::new(inner, self.name))
+    }
+
+    /// Every entry, in key order, including this transaction's writes.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const T: Table<&str, u8> = Table::new("t");
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_table(&T)?;
+    /// t.insert("b", 2)?;
+    /// t.insert("a", 1)?;
+    /// let all: Vec<(&str, u8)> = t.iter()?.collect::<Result<_, _>>()?;
+    /// assert_eq!(all, [("a", 1), ("b", 2)]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn iter(&self) -> Result<TableRange<'_, K, V, WriteRange<'_>>> {
+        Ok(TableRange::new(self.tree.iter()?, self.name))
+    }
+
+    /// Entries whose keys start with `prefix` (see [`ReadTable::range_prefix`]), including
+    /// this transaction's writes.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const T: Table<(&str, u32), ()> = Table::new("t");
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_table(&T)?;
+    /// for k in [("car", 2), ("car", 1), ("cart", 3)] {
+    ///     t.insert(k, ())?;
+    /// }
+    /// let car: Vec<u32> = t.range_prefix("car")?.map(|e| e.map(|((_, n), ())| n)).collect::<Result<_, _>>()?;
+    /// assert_eq!(car, [1, 2]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn range_prefix<'p>(
+        &self,
+        prefix: impl Borrow<<K::Prefix as Value>::SelfType<'p>>,
+    ) -> Result<TableRange<'_, K, V, WriteRange<'_>>>
+    where
+        K: PrefixKey,
+        K::Prefix: 'p,
+    {
+        let mut p = Vec::new();
+        K::encode_prefix(prefix.borrow(), &mut p);
+        let (start, end) = prefix_range(&p);
+        let inner = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
+        Ok(TableRange::new(inner, self.name))
+    }
+
+    /// The entry with the smallest key, including this transaction's writes.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const T: Table<i64, &str> = Table::new("t");
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_table(&T)?;
+    /// assert_eq!(t.first()?, None);
+    /// t.insert(5, "five")?;
+    /// t.insert(-5, "minus five")?;
+    /// assert_eq!(t.first()?, Some((-5, "minus five")));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn first(&self) -> Result<Option<(K::Decoded<'_>, V::Decoded<'_>)>> {
+        self.iter()?.next().transpose()
+    }
+
+    /// The entry with the largest key, including this transaction's writes.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const T: Table<i64, &str> = Table::new("t");
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_table(&T)?;
+    /// t.insert(5, "five")?;
+    /// t.insert(-5, "minus five")?;
+    /// assert_eq!(t.last()?, Some((5, "five")));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn last(&self) -> Result<Option<(K::Decoded<'_>, V::Decoded<'_>)>> {
+        self.iter()?.next_back().transpose()
+    }
+
+    /// Remove the entry with the smallest key and return it, as an [`OwnedEntry`] that
+    /// decodes on demand. An entry whose bytes are not of the table's types is an error and
+    /// stays in the table.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const QUEUE: Table<u64, &str> = Table::new("queue");
+    /// let tx = db.begin_write()?;
+    /// let mut q = tx.open_table(&QUEUE)?;
+    /// q.insert(2, "second")?;
+    /// q.insert(1, "first")?;
+    /// let e = q.pop_first()?.unwrap();
+    /// assert_eq!((e.key(), e.value()), (1, "first"));
+    /// assert_eq!(q.len()?, 1);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn pop_first(&mut self) -> Result<Option<OwnedEntry<K, V>>> {
+        self.pop(false)
+    }
+
+    /// Remove the entry with the largest key and return it; see
+    /// [`pop_first`](WriteTable::pop_first).
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const STACK: Table<u64, String> = Table::new("stack");
+    /// let tx = db.begin_write()?;
+    /// let mut s = tx.open_table(&STACK)?;
+    /// s.insert(1, "bottom")?;
+    /// s.insert(2, "top")?;
+    /// let e = s.pop_last()?.unwrap();
+    /// assert_eq!(e.key(), 2);
+    /// assert_eq!(e.value(), "top");
+    /// assert!(s.pop_last()?.is_some());
+    /// assert!(s.pop_last()?.is_none());
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn pop_last(&mut self) -> Result<Option<OwnedEntry<K, V>>> {
+        self.pop(true)
+    }
+
+    fn pop(&mut self, last: bool) -> Result<Option<OwnedEntry<K, V>>> {
+        let entry = if last {
+            self.tree.last()?
+        } else {
+            self.tree.first()?
+        };
+        let Some((k, v)) = entry else {
+            return Ok(None);
+        };
+        // Checked before removing, so that an entry of another type is not lost, and so
+        // that `OwnedEntry`'s accessors decode without failing.
+        self.decode(k, v)?;
+        let (k, v) = (k.to_vec(), v.to_vec());
+        self.tree.remove(&k)?;
+        Ok(Some(OwnedEntry {
+            key: k,
+            value: v,
+            types: PhantomData,
+        }))
+    }
+
+    /// Keep only the entries for which `keep(key, value)` is true; returns how many were
+    /// removed. Sees this transaction's writes.
+    ///
+    /// An entry whose bytes are not of the table's types stops it with an error; the entries
+    /// removed before it stay removed (roll back to a [`Savepoint`](crate::Savepoint), or
+    /// abort, to undo them).
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const T: Table<u32, &str> = Table::new("t");
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_table(&T)?;
+    /// for (k, v) in [(1, "keep"), (2, "drop"), (3, "keep"), (4, "drop")] {
+    ///     t.insert(k, v)?;
+    /// }
+    /// assert_eq!(t.retain(|_, v| v == "keep")?, 2);
+    /// let keys: Vec<u32> = t.iter()?.map(|e| e.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    /// assert_eq!(keys, [1, 3]);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn retain<F>(&mut self, mut keep: F) -> Result<u64>
+    where
+        F: for<'a> FnMut(K::Decoded<'a>, V::Decoded<'a>) -> bool,
+    {
+        let name = self.name;
+        let mut removed = 0;
+        let mut c = self.tree.cursor();
+        loop {
+            let drop_it = match c.next()? {
+                None => return Ok(removed),
+                Some((k, v)) => {
+                    let k = K::from_bytes(k).map_err(|e| decode_error(name, e))?;
+                    let v = V::from_bytes(v).map_err(|e| decode_error(name, e))?;
+                    !keep(k, v)
+                }
+            };
+            if drop_it && c.delete_current()? {
+                removed += 1;
+            }
+        }
+    }
+
+    /// Remove every entry with a key in `range`; returns how many. Whole subtrees inside the
+    /// range are freed without visiting their leaves, so a large range costs about as much as
+    /// its two ends.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const LOG: Table<u64, &str> = Table::new("log");
+    /// let tx = db.begin_write()?;
+    /// let mut log = tx.open_table(&LOG)?;
+    /// for seq in 0..1000u64 {
+    ///     log.insert(seq, "event")?;
+    /// }
+    /// assert_eq!(log.remove_range(..900)?, 900); // drop all but the last 100
+    /// assert_eq!(log.first()?, Some((900, "event")));
+    /// assert_eq!(log.remove_range(950..=950)?, 1);
+    /// assert_eq!(log.len()?, 99);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn remove_range<'k, KR>(&mut self, range: impl RangeBounds<KR>) -> Result<u64>
+    where
+        K: 'k,
+        KR: Borrow<K::SelfType<'k>>,
+    {
+        let bounds = encode_bounds::<K, KR, _>(&range);
+        self.tree.remove_range(as_slices(&bounds))
+    }
+}
+
+/// An entry removed from a table ([`WriteTable::pop_first`], [`pop_last`](WriteTable::pop_last)):
+/// it owns the entry's bytes and decodes them when asked, borrowing itself for
+/// `&str`/`&[u8]`.
+///
+/// ```
+/// # use larch_engine::{Db, OwnedEntry, Options, Table};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+/// const T: Table<(&str, u8), &[u8]> = Table::new("t");
+/// let tx = db.begin_write()?;
+/// let mut t = tx.open_table(&T)?;
+/// t.insert(("k", 1), &b"v"[..])?;
+/// let e: OwnedEntry<(&str, u8), &[u8]> = t.pop_first()?.unwrap();
+/// drop(t); // the entry outlives the table
+/// let (name, n) = e.key();
+/// assert_eq!((&*name, n, e.value()), ("k", 1, &b"v"[..]));
+/// assert_eq!(e.value_bytes(), b"v");
+/// # Ok::<(), larch_engine::Error>(())
+/// ```
+pub struct OwnedEntry<K: Value, V: Value> {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: Value, V: Value> OwnedEntry<K, V> {
+    /// The key.
+    pub fn key(&self) -> K::Decoded<'_> {
+        K::from_bytes(&self.key).expect("decoded when the entry was removed")
+    }
+
+    /// The value.
+    pub fn value(&self) -> V::Decoded<'_> {
+        V::from_bytes(&self.value).expect("decoded when the entry was removed")
+    }
+
+    /// The key's bytes, as the tree stored them.
+    pub fn key_bytes(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The value's bytes, as the tree stored them.
+    pub fn value_bytes(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// The key's and the value's bytes.
+    pub fn into_bytes(self) -> (Vec<u8>, Vec<u8>) {
+        (self.key, self.value)
+    }
+}
+
+impl<K: Value, V: Value> fmt::Debug for OwnedEntry<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedEntry")
+            .field("key", &self.key)
+            .field("value", &self.value)
+            .finish()
     }
 }
 
