@@ -33,14 +33,14 @@ use crate::read::ReadTx;
 /// Catch-up rounds before the writer is held off for the last one.
 const CATCH_UP_ROUNDS: usize = 4;
 
-/// After a commit on `inner` (its writer state `w`): start a compaction if the threshold says so.
-pub(crate) fn maybe_start(handle: &Arc<Shared>, inner: &OpenFile, w: &mut WriterState) {
-    let Some(threshold) = handle.opts.compaction_threshold else {
+/// After a commit on `open_file` (its writer state `w`): start a compaction if the threshold says so.
+pub(crate) fn maybe_start(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState) {
+    let Some(threshold) = shared.opts.compaction_threshold else {
         return;
     };
-    let c = &handle.compaction;
+    let c = &shared.compaction;
     let (committed, durable) = {
-        let st = inner.durability.lock();
+        let st = open_file.durability.lock();
         (st.committed, st.durable)
     };
     let hw = committed.high_water;
@@ -57,14 +57,14 @@ pub(crate) fn maybe_start(handle: &Arc<Shared>, inner: &OpenFile, w: &mut Writer
         return;
     }
     if slack as f64 <= threshold * hw as f64
-        || inner.pager.file_len() < handle.opts.compaction_min_bytes
+        || open_file.pager.file_len() < shared.opts.compaction_min_bytes
     {
         return;
     }
     if c.running.load(Ordering::Acquire) {
         return;
     }
-    if let Some(why) = switch_refused(inner.pager.file(), &handle.path) {
+    if let Some(why) = switch_refused(open_file.pager.file(), &shared.path) {
         // The copy could never be put in place: do not make it. Checked on every commit that
         // crosses the threshold, so removing the other links lets compaction run again.
         c.refused.fetch_add(1, Ordering::AcqRel);
@@ -74,12 +74,12 @@ pub(crate) fn maybe_start(handle: &Arc<Shared>, inner: &OpenFile, w: &mut Writer
     if c.running.swap(true, Ordering::AcqRel) {
         return;
     }
-    let len = inner.pager.file_len();
+    let len = open_file.pager.file_len();
     c.limit
         .store(len + (len as f64 * threshold) as u64, Ordering::Release);
     // A previous run has finished (running was false): reap its thread.
     c.join();
-    let h = handle.clone();
+    let h = shared.clone();
     let spawned = std::thread::Builder::new()
         .name("larch-compact".into())
         .spawn(move || {
@@ -207,10 +207,10 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
         .unwrap_or_else(|| PathBuf::from("."));
     h.fs.sync_dir(&dir)
         .map_err(|e| io_err("fsync directory", &dir, e))?;
-    let inner = new.current_file();
-    inner.writer.lock().trigger = Trigger::compacted();
-    let after = inner.pager.file_len();
-    *h.current.write() = inner;
+    let open_file = new.current_file();
+    open_file.writer.lock().trigger = Trigger::compacted();
+    let after = open_file.pager.file_len();
+    *h.current.write() = open_file;
     old.retired.store(true, Ordering::Release);
     // Cached snapshots of the old file would keep it open; new reads go to the new one.
     h.snapshots.clear();
@@ -303,8 +303,8 @@ impl Db {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn wait_for_compaction(&self) -> Result<Option<CompactReport>> {
-        self.handle.compaction.join();
-        match self.handle.compaction.last.lock().take() {
+        self.shared.compaction.join();
+        match self.shared.compaction.last.lock().take() {
             None => Ok(None),
             Some(Ok(r)) => Ok(Some(r)),
             Some(Err(e)) => Err(Error::Compaction(e)),
@@ -314,7 +314,7 @@ impl Db {
     /// Background compactions completed by this handle. See [`Db::wait_for_compaction`] for
     /// an example.
     pub fn compactions(&self) -> u64 {
-        self.handle.compaction.completed.load(Ordering::Acquire)
+        self.shared.compaction.completed.load(Ordering::Acquire)
     }
 
     /// Background compactions the threshold called for but that were not started, because
@@ -322,6 +322,6 @@ impl Db {
     /// file over the path would not replace the database). [`Db::wait_for_compaction`]
     /// returns the reason. See [`Db::wait_for_compaction`] for an example.
     pub fn compactions_refused(&self) -> u64 {
-        self.handle.compaction.refused.load(Ordering::Acquire)
+        self.shared.compaction.refused.load(Ordering::Acquire)
     }
 }

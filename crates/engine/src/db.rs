@@ -58,24 +58,24 @@ pub struct IoStats {
 /// ```
 #[derive(Debug)]
 pub struct Db {
-    pub(crate) handle: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl Clone for Db {
     fn clone(&self) -> Self {
-        self.handle.handles.fetch_add(1, Ordering::AcqRel);
+        self.shared.handles.fetch_add(1, Ordering::AcqRel);
         Db {
-            handle: self.handle.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
 
 impl Drop for Db {
     fn drop(&mut self) {
-        if self.handle.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The last handle: a background compaction must not outlive it (it would keep the
             // file locked after the user closed it).
-            self.handle.compaction.stop();
+            self.shared.compaction.stop();
         }
     }
 }
@@ -117,16 +117,16 @@ impl Db {
         Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
     }
 
-    fn wrap(inner: OpenFile) -> Db {
-        Self::wrap_with_fs(inner, Arc::new(crate::fs::RealFs))
+    fn wrap(open_file: OpenFile) -> Db {
+        Self::wrap_with_fs(open_file, Arc::new(crate::fs::RealFs))
     }
 
-    fn wrap_with_fs(inner: OpenFile, fs: Arc<dyn crate::fs::CompactionFs>) -> Db {
+    fn wrap_with_fs(open_file: OpenFile, fs: Arc<dyn crate::fs::CompactionFs>) -> Db {
         Db {
-            handle: Arc::new(Shared {
-                path: inner.pager.path().to_path_buf(),
-                opts: inner.opts,
-                current: RwLock::new(Arc::new(inner)),
+            shared: Arc::new(Shared {
+                path: open_file.pager.path().to_path_buf(),
+                opts: open_file.opts,
+                current: RwLock::new(Arc::new(open_file)),
                 handles: AtomicUsize::new(1),
                 compaction: Default::default(),
                 fs,
@@ -137,7 +137,7 @@ impl Db {
 
     /// The current file's state.
     pub(crate) fn current_file(&self) -> Arc<OpenFile> {
-        self.handle.current_file()
+        self.shared.current_file()
     }
 
     /// Open an existing database whose writes, syncs and resizes go through `storage`
@@ -202,7 +202,7 @@ impl Db {
                 &mut free,
             )?;
         }
-        let inner = OpenFile {
+        let open_file = OpenFile {
             readers: ReaderTable::new(Snapshot { meta, map }),
             writer: Arc::new(Mutex::new(WriterState {
                 free,
@@ -219,7 +219,7 @@ impl Db {
             group: Mutex::new(()),
             group_synced: parking_lot::Condvar::new(),
         };
-        Ok(inner)
+        Ok(open_file)
     }
 
     /// Begin a read transaction: a snapshot of the newest commit. Any number, on any thread;
@@ -241,7 +241,7 @@ impl Db {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn begin_read(&self) -> Result<ReadTx> {
-        let (snap, shard) = self.handle.snapshots.begin(&self.handle)?;
+        let (snap, shard) = self.shared.snapshots.begin(&self.shared)?;
         Ok(ReadTx::new(snap, shard))
     }
 
@@ -258,7 +258,7 @@ impl Db {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn begin_write(&self) -> Result<WriteTx<'_>> {
-        WriteTx::begin(&self.handle)
+        WriteTx::begin(&self.shared)
     }
 
     /// Make every commit so far durable (Async and NoMetaSync ones included). Does not wait
@@ -279,16 +279,16 @@ impl Db {
     /// ```
     pub fn sync(&self) -> Result<()> {
         loop {
-            let inner = self.current_file();
-            inner.pager.check_writable()?;
-            let writer = inner.writer.try_lock();
-            let mut st = inner.durability.lock();
-            if inner.retired.load(Ordering::Acquire) {
+            let open_file = self.current_file();
+            open_file.pager.check_writable()?;
+            let writer = open_file.writer.try_lock();
+            let mut st = open_file.durability.lock();
+            if open_file.retired.load(Ordering::Acquire) {
                 continue;
             }
-            st.sync_all(&inner)?;
+            st.sync_all(&open_file)?;
             if writer.is_some() {
-                inner.trim_to_durable(&st);
+                open_file.trim_to_durable(&st);
             }
             return Ok(());
         }
@@ -299,9 +299,9 @@ impl Db {
     /// See [`IoStats`] for an example.
     pub fn io_stats(&self) -> IoStats {
         use std::sync::atomic::Ordering::Relaxed;
-        let inner = self.current_file();
-        let c = inner.pager.counters();
-        let commits = inner.durability.lock().committed.txid;
+        let open_file = self.current_file();
+        let c = open_file.pager.counters();
+        let commits = open_file.durability.lock().committed.txid;
         IoStats {
             write_calls: c.write_calls.load(Relaxed),
             bytes_written: c.bytes_written.load(Relaxed),
@@ -321,7 +321,7 @@ impl Db {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn path(&self) -> &Path {
-        &self.handle.path
+        &self.shared.path
     }
 
     /// The file's page size.
@@ -349,6 +349,6 @@ impl Db {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn options(&self) -> Options {
-        self.handle.opts
+        self.shared.opts
     }
 }

@@ -46,7 +46,9 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.snap.inner.end_read(self.shard, self.snap.meta.txid);
+        self.snap
+            .open_file
+            .end_read(self.shard, self.snap.meta.txid);
     }
 }
 
@@ -68,7 +70,7 @@ impl ReadTx {
 
     /// The file this snapshot reads.
     pub(crate) fn file(&self) -> &Arc<OpenFile> {
-        &self.snap().inner
+        &self.snap().open_file
     }
 
     pub(crate) fn meta(&self) -> larch_pager::Meta {
@@ -79,7 +81,7 @@ impl ReadTx {
         View::new(
             &self.snap().map,
             &self.snap().meta,
-            self.snap().inner.opts.verify_checksums,
+            self.snap().open_file.opts.verify_checksums,
         )
     }
 

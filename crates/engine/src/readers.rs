@@ -191,7 +191,7 @@ impl ReaderTable {
 #[derive(Debug)]
 pub(crate) struct ReadSnap {
     /// The file (kept open, and its lock held, while a reader can read it).
-    pub inner: Arc<OpenFile>,
+    pub open_file: Arc<OpenFile>,
     /// The commit.
     pub meta: Meta,
     /// The map to read it through.
@@ -202,9 +202,9 @@ pub(crate) struct ReadSnap {
 }
 
 impl ReadSnap {
-    pub(crate) fn new(inner: Arc<OpenFile>, snap: &Snapshot) -> ReadSnap {
+    pub(crate) fn new(open_file: Arc<OpenFile>, snap: &Snapshot) -> ReadSnap {
         ReadSnap {
-            inner,
+            open_file,
             meta: snap.meta,
             map: snap.map.clone(),
             first_tree: OnceLock::new(),
@@ -232,30 +232,30 @@ impl Default for SnapshotCache {
 }
 
 impl SnapshotCache {
-    /// Begin a read of the newest commit of `handle`'s current file, registered in the calling
+    /// Begin a read of the newest commit of `shared`'s current file, registered in the calling
     /// thread's shard.
-    pub(crate) fn begin(&self, handle: &Shared) -> Result<(Arc<ReadSnap>, usize)> {
+    pub(crate) fn begin(&self, shared: &Shared) -> Result<(Arc<ReadSnap>, usize)> {
         let i = shard_index();
         let mut cached = self.shards[i].0.lock();
         if let Some(rs) = cached.as_ref() {
-            let inner = &rs.inner;
+            let open_file = &rs.open_file;
             // A retired file is only read by snapshots that began before the switch.
-            if !inner.retired.load(Ordering::Acquire) && !inner.pager.is_poisoned() {
-                let mut s = inner.readers.shard(i).lock();
+            if !open_file.retired.load(Ordering::Acquire) && !open_file.pager.is_poisoned() {
+                let mut s = open_file.readers.shard(i).lock();
                 // Checked under the shard lock: see the module docs.
-                if inner.readers.published() == rs.meta.txid {
+                if open_file.readers.published() == rs.meta.txid {
                     ReaderTable::register(&mut s, rs.meta.txid);
                     return Ok((rs.clone(), i));
                 }
             }
         }
-        let inner = handle.current_file();
-        if inner.pager.is_poisoned() {
+        let open_file = shared.current_file();
+        if open_file.pager.is_poisoned() {
             // After a failed sync the file's contents are unknown: refuse to read from it.
-            inner.pager.check_writable()?;
+            open_file.pager.check_writable()?;
         }
-        let snap = inner.readers.begin(i);
-        let rs = Arc::new(ReadSnap::new(inner, &snap));
+        let snap = open_file.readers.begin(i);
+        let rs = Arc::new(ReadSnap::new(open_file, &snap));
         *cached = Some(rs.clone());
         Ok((rs, i))
     }

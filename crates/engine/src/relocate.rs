@@ -199,7 +199,7 @@ impl Db {
             &rx,
             self.current_file().pager.file_len(),
             path.as_ref(),
-            &*self.handle.fs,
+            &*self.shared.fs,
         )
     }
 }

@@ -80,7 +80,7 @@ pub(crate) struct Txn {
     pub(crate) db: Arc<OpenFile>,
     /// The writer lock, held for the transaction's life.
     pub(crate) writer: ArcMutexGuard<RawMutex, WriterState>,
-    handle: Arc<Shared>,
+    shared: Arc<Shared>,
     pub(crate) base: Arc<Snapshot>,
     /// Latest map: covers overflow runs this transaction wrote past the old end of file.
     pub(crate) map: Arc<Map>,
@@ -124,14 +124,14 @@ impl std::fmt::Debug for Txn {
 }
 
 impl Txn {
-    pub(crate) fn begin(handle: &Arc<Shared>) -> Result<Txn> {
+    pub(crate) fn begin(shared: &Arc<Shared>) -> Result<Txn> {
         // Wait for the writer lock of the current file; if background compaction replaced the
         // file meanwhile, start over on the new one.
-        handle
+        shared
             .compaction
-            .throttle(|| handle.current_file().pager.file_len());
+            .throttle(|| shared.current_file().pager.file_len());
         let (db, mut writer) = loop {
-            let db = handle.current_file();
+            let db = shared.current_file();
             db.pager.check_writable()?;
             db.waiting_writers.fetch_add(1, Ordering::AcqRel);
             let writer = db.writer.lock_arc();
@@ -171,7 +171,7 @@ impl Txn {
         let limits = Limits::new(meta.page_size as usize);
         let map = db.pager.map();
         Ok(Txn {
-            handle: handle.clone(),
+            shared: shared.clone(),
             db,
             base,
             map,
@@ -187,7 +187,7 @@ impl Txn {
             names: HashMap::new(),
             undo: Vec::new(),
             freemap_changes: BTreeMap::new(),
-            durability: handle.opts.durability,
+            durability: shared.opts.durability,
             compacting: false,
             done: false,
             on_disk,
@@ -358,7 +358,7 @@ impl Txn {
         }
         self.done = true;
         if r.is_ok() {
-            crate::autocompact::maybe_start(&self.handle, &self.db, &mut self.writer);
+            crate::autocompact::maybe_start(&self.shared, &self.db, &mut self.writer);
         }
         match r {
             Ok(deferred) if follow || deferred => {
@@ -618,8 +618,8 @@ struct Saved {
 }
 
 impl<'db> WriteTx<'db> {
-    pub(crate) fn begin(handle: &'db Arc<Shared>) -> Result<WriteTx<'db>> {
-        let txn = Txn::begin(handle)?;
+    pub(crate) fn begin(shared: &'db Arc<Shared>) -> Result<WriteTx<'db>> {
+        let txn = Txn::begin(shared)?;
         Ok(WriteTx {
             base: txn.base.clone(),
             verify: txn.db.opts.verify_checksums,

@@ -285,8 +285,8 @@ impl<'r, K: Key + 'r, V: Key + 'r> ReadMultimapTable<'r, K, V> {
         let mut prefix = Vec::new();
         K::encode_nested(key.borrow(), &mut prefix);
         let (start, end) = prefix_range(&prefix);
-        let inner = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
-        Ok(MultimapValues::new(inner, prefix.len(), self.name))
+        let open_file = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
+        Ok(MultimapValues::new(open_file, prefix.len(), self.name))
     }
 
     /// True if `key` holds `value`.
@@ -522,8 +522,8 @@ impl<'t, K: Key, V: Key> WriteMultimapTable<'t, K, V> {
         let mut prefix = Vec::new();
         K::encode_nested(key.borrow(), &mut prefix);
         let (start, end) = prefix_range(&prefix);
-        let inner = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
-        Ok(MultimapValues::new(inner, prefix.len(), self.name))
+        let open_file = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
+        Ok(MultimapValues::new(open_file, prefix.len(), self.name))
     }
 
     /// Remove every value of `key`; returns how many. One range removal over the key's
@@ -578,7 +578,7 @@ impl<'t, K: Key, V: Key> WriteMultimapTable<'t, K, V> {
 ///
 /// `I` is the byte iterator underneath: a read snapshot's [`Range`] unless named otherwise.
 pub struct MultimapValues<'r, K: Key, V: Key, I = Range<'r>> {
-    inner: I,
+    open_file: I,
     /// Length of the key's nested encoding, in front of every value.
     skip: usize,
     name: &'static str,
@@ -588,9 +588,9 @@ pub struct MultimapValues<'r, K: Key, V: Key, I = Range<'r>> {
 }
 
 impl<'r, K: Key + 'r, V: Key + 'r, I> MultimapValues<'r, K, V, I> {
-    fn new(inner: I, skip: usize, name: &'static str) -> Self {
+    fn new(open_file: I, skip: usize, name: &'static str) -> Self {
         MultimapValues {
-            inner,
+            open_file,
             skip,
             name,
             items: PhantomData,
@@ -617,7 +617,7 @@ impl<K: Key, V: Key, I: fmt::Debug> fmt::Debug for MultimapValues<'_, K, V, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MultimapValues")
             .field("name", &self.name)
-            .field("inner", &self.inner)
+            .field("open_file", &self.open_file)
             .finish()
     }
 }
@@ -631,7 +631,7 @@ where
     type Item = Result<V::Decoded<'r>>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let entry = self.inner.next();
+        let entry = self.open_file.next();
         self.decode(entry)
     }
 }
@@ -643,7 +643,7 @@ where
     I: DoubleEndedIterator<Item = Result<(&'r [u8], &'r [u8])>>,
 {
     fn next_back(&mut self) -> Option<Self::Item> {
-        let entry = self.inner.next_back();
+        let entry = self.open_file.next_back();
         self.decode(entry)
     }
 }

@@ -336,8 +336,8 @@ impl<'r, K: Key + 'r, V: Value + 'r> ReadTable<'r, K, V> {
         KR: Borrow<K::SelfType<'k>>,
     {
         let bounds = encode_bounds::<K, KR, _>(&range);
-        let inner = self.tree.range(as_slices(&bounds))?;
-        Ok(TableRange::new(inner, self.name))
+        let open_file = self.tree.range(as_slices(&bounds))?;
+        Ok(TableRange::new(open_file, self.name))
     }
 
     /// Entries whose keys start with `prefix`: leading bytes or text for `&[u8]`/`&str`
@@ -377,8 +377,8 @@ impl<'r, K: Key + 'r, V: Value + 'r> ReadTable<'r, K, V> {
         let mut p = Vec::new();
         K::encode_prefix(prefix.borrow(), &mut p);
         let (start, end) = prefix_range(&p);
-        let inner = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
-        Ok(TableRange::new(inner, self.name))
+        let open_file = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
+        Ok(TableRange::new(open_file, self.name))
     }
 
     /// Every entry, in key order.
@@ -645,8 +645,8 @@ impl<'t, K: Key, V: Value> WriteTable<'t, K, V> {
         KR: Borrow<K::SelfType<'k>>,
     {
         let bounds = encode_bounds::<K, KR, _>(&range);
-        let inner = self.tree.range(as_slices(&bounds))?;
-        Ok(TableRange::new(inner, self.name))
+        let open_file = self.tree.range(as_slices(&bounds))?;
+        Ok(TableRange::new(open_file, self.name))
     }
 
     /// Every entry, in key order, including this transaction's writes.
@@ -696,8 +696,8 @@ impl<'t, K: Key, V: Value> WriteTable<'t, K, V> {
         let mut p = Vec::new();
         K::encode_prefix(prefix.borrow(), &mut p);
         let (start, end) = prefix_range(&p);
-        let inner = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
-        Ok(TableRange::new(inner, self.name))
+        let open_file = self.tree.range((start, end.as_ref().map(Vec::as_slice)))?;
+        Ok(TableRange::new(open_file, self.name))
     }
 
     /// The entry with the smallest key, including this transaction's writes.
@@ -965,7 +965,7 @@ impl<K: Value, V: Value> fmt::Debug for OwnedEntry<K, V> {
 ///
 /// `I` is the byte iterator underneath: a read snapshot's [`Range`] unless named otherwise.
 pub struct TableRange<'r, K: Key, V: Value, I = Range<'r>> {
-    inner: I,
+    open_file: I,
     name: &'static str,
     /// The items borrow for `'r` from what `inner` reads.
     items: PhantomData<&'r ()>,
@@ -973,9 +973,9 @@ pub struct TableRange<'r, K: Key, V: Value, I = Range<'r>> {
 }
 
 impl<'r, K: Key + 'r, V: Value + 'r, I> TableRange<'r, K, V, I> {
-    pub(super) fn new(inner: I, name: &'static str) -> Self {
+    pub(super) fn new(open_file: I, name: &'static str) -> Self {
         TableRange {
-            inner,
+            open_file,
             name,
             items: PhantomData,
             types: PhantomData,
@@ -1002,7 +1002,7 @@ impl<K: Key, V: Value, I: fmt::Debug> fmt::Debug for TableRange<'_, K, V, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TableRange")
             .field("name", &self.name)
-            .field("inner", &self.inner)
+            .field("open_file", &self.open_file)
             .finish()
     }
 }
@@ -1016,7 +1016,7 @@ where
     type Item = Result<(K::Decoded<'r>, V::Decoded<'r>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let entry = self.inner.next();
+        let entry = self.open_file.next();
         self.decode(entry)
     }
 }
@@ -1028,7 +1028,7 @@ where
     I: DoubleEndedIterator<Item = Result<(&'r [u8], &'r [u8])>>,
 {
     fn next_back(&mut self) -> Option<Self::Item> {
-        let entry = self.inner.next_back();
+        let entry = self.open_file.next_back();
         self.decode(entry)
     }
 }

@@ -117,10 +117,10 @@ impl<T: Key> Value for Option<T> {
         match value {
             None => vec![0],
             Some(v) => {
-                let inner = T::as_bytes(v);
-                let mut out = Vec::with_capacity(1 + inner.as_ref().len());
+                let open_file = T::as_bytes(v);
+                let mut out = Vec::with_capacity(1 + open_file.as_ref().len());
                 out.push(1);
-                out.extend_from_slice(inner.as_ref());
+                out.extend_from_slice(open_file.as_ref());
                 out
             }
         }
