@@ -369,21 +369,20 @@ impl<'a> Range<'a> {
         self.back_key = Some(k);
         Ok(Some((k, v)))
     }
+}
 
-    fn finish(
-        &mut self,
-        r: Result<Option<(&'a [u8], &'a [u8])>>,
-    ) -> Option<Result<(&'a [u8], &'a [u8])>> {
-        match r {
-            Ok(Some(kv)) => Some(Ok(kv)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
+/// A range iterator's answer for one step; after the end or an error the iterator is done
+/// (it is fused).
+pub(crate) fn finish<T>(done: &mut bool, r: Result<Option<T>>) -> Option<Result<T>> {
+    match r {
+        Ok(Some(x)) => Some(Ok(x)),
+        Ok(None) => {
+            *done = true;
+            None
+        }
+        Err(e) => {
+            *done = true;
+            Some(Err(e))
         }
     }
 }
@@ -396,7 +395,7 @@ impl<'a> Iterator for Range<'a> {
             return None;
         }
         let r = self.step_front();
-        self.finish(r)
+        finish(&mut self.done, r)
     }
 }
 
@@ -406,7 +405,7 @@ impl DoubleEndedIterator for Range<'_> {
             return None;
         }
         let r = self.step_back();
-        self.finish(r)
+        finish(&mut self.done, r)
     }
 }
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use larch_pager::{Map, PageRole};
 
+use crate::cursor::finish;
 use crate::error::{Error, Result};
 use crate::file::Snapshot;
 use crate::node::{Child, Node, Val};
@@ -1105,23 +1106,6 @@ impl<'a> WriteRange<'a> {
         self.back_key = Some(k);
         Ok(Some((k, v)))
     }
-
-    fn finish(
-        &mut self,
-        r: Result<Option<(&'a [u8], &'a [u8])>>,
-    ) -> Option<Result<(&'a [u8], &'a [u8])>> {
-        match r {
-            Ok(Some(kv)) => Some(Ok(kv)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
-    }
 }
 
 impl<'a> Iterator for WriteRange<'a> {
@@ -1132,7 +1116,7 @@ impl<'a> Iterator for WriteRange<'a> {
             return None;
         }
         let r = self.step_front();
-        self.finish(r)
+        finish(&mut self.done, r)
     }
 }
 
@@ -1142,6 +1126,6 @@ impl DoubleEndedIterator for WriteRange<'_> {
             return None;
         }
         let r = self.step_back();
-        self.finish(r)
+        finish(&mut self.done, r)
     }
 }
