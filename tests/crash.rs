@@ -1262,6 +1262,9 @@ struct RandomStats {
 
 fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
     let opts = match seed % 4 {
+        // Half of these make an Async or NoMetaSync commit durable once 16 KiB of replaced
+        // pages wait for one (max_unsynced_bytes), so runs of them end in forced Sync commits.
+        0 if seed % 8 == 4 => Options::default().max_unsynced_bytes(Some(16 << 10)),
         0 => Options::default(),
         1 => Options::default().policy(Policy::Null),
         2 => Options::default().page_size(8192),

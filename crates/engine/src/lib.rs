@@ -47,7 +47,7 @@ pub use error::{Error, Problem, Result};
 pub use fs::{CompactionFs, RealFs};
 #[cfg(feature = "test-hooks")]
 pub use larch_pager::{FileStorage, Storage};
-pub use options::{Advice, Durability, Options, Policy, WriteMode};
+pub use options::{Advice, Durability, Options, Policy, WriteMode, DEFAULT_MAX_UNSYNCED_BYTES};
 pub use read::{OwnedReadTree, ReadTree, ReadTx};
 pub use stats::{Stats, TreeStats};
 pub use typed::{

@@ -92,7 +92,32 @@ pub struct Options {
     pub(crate) one_fsync: bool,
     pub(crate) group_commit: bool,
     pub(crate) fall_back_on_damage: bool,
+    pub(crate) max_unsynced: Unsynced,
 }
+
+/// [`Options::max_unsynced_bytes`]: how many bytes of replaced pages may wait for a durable
+/// commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unsynced {
+    /// Half the live data, at least 4 MiB and at most 64 MiB.
+    Auto,
+    Bytes(u64),
+    Off,
+}
+
+impl Unsynced {
+    /// The limit for a database holding `live_bytes`.
+    pub(crate) fn limit(self, live_bytes: u64) -> Option<u64> {
+        match self {
+            Unsynced::Auto => Some((live_bytes / 2).clamp(4 << 20, DEFAULT_MAX_UNSYNCED_BYTES)),
+            Unsynced::Bytes(b) => Some(b),
+            Unsynced::Off => None,
+        }
+    }
+}
+
+/// The most the default of [`Options::max_unsynced_bytes`] allows: 64 MiB.
+pub const DEFAULT_MAX_UNSYNCED_BYTES: u64 = 64 << 20;
 
 impl Default for Options {
     fn default() -> Self {
@@ -110,6 +135,7 @@ impl Default for Options {
             one_fsync: true,
             group_commit: true,
             fall_back_on_damage: false,
+            max_unsynced: Unsynced::Auto,
         }
     }
 }
@@ -130,6 +156,11 @@ impl Options {
                 "page size {} is not a power of two between 4096 and 65536",
                 self.page_size
             )));
+        }
+        if self.max_unsynced == Unsynced::Bytes(0) {
+            return Err(crate::Error::InvalidOption(
+                "max_unsynced_bytes of 0: use Durability::Sync to make every commit durable".into(),
+            ));
         }
         if let Some(t) = self.compaction_threshold {
             if !(t > 0.0 && t < 1.0) {
@@ -335,6 +366,46 @@ impl Options {
         self.fall_back_on_damage = on;
         self
     }
+    /// Bound the space that commits not yet durable (`Async`, `NoMetaSync`) keep: pages such a
+    /// commit replaces cannot be reused until a later commit is durable (a crash must find the
+    /// durable one whole), so a long run of them keeps a second copy of everything it
+    /// rewrote. When the pages waiting for a durable commit reach `bytes`, the commit that
+    /// reaches it is made durable (as `Sync`), and the next transactions reuse them. The cost
+    /// is one durable commit per `bytes` of rewritten data; `None` never forces one (the file
+    /// then grows until `Db::sync`, a `Sync` commit or close). Default: half the live data,
+    /// at least 4 MiB and at most 64 MiB ([`DEFAULT_MAX_UNSYNCED_BYTES`]): the file stays
+    /// within about 1.5 times what crash safety keeps (less for a large database), for about
+    /// one extra durable commit per half a database of rewritten pages.
+    ///
+    /// ```
+    /// use larch_engine::{Db, Durability, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let opts = Options::default()
+    ///     .durability(Durability::Async)
+    ///     .max_unsynced_bytes(Some(1 << 20));
+    /// let db = Db::open(dir.path().join("t.larch"), opts)?;
+    /// for round in 0..50u8 {
+    ///     let tx = db.begin_write()?;
+    ///     {
+    ///         let mut t = tx.open_tree("t")?;
+    ///         for i in 0..100u32 {
+    ///             t.insert(&i.to_be_bytes(), &[round; 1000])?;
+    ///         }
+    ///     }
+    ///     tx.commit()?;
+    /// }
+    /// // 50 rounds rewrote ~5 MB; the pages they freed were reused after each durable point.
+    /// assert!(db.stats()?.file_bytes < 4 << 20);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn max_unsynced_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.max_unsynced = match bytes {
+            Some(b) => Unsynced::Bytes(b),
+            None => Unsynced::Off,
+        };
+        self
+    }
+
     /// Smallest file that threshold compaction considers (default 4 MiB).
     ///
     /// ```

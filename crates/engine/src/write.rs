@@ -352,6 +352,9 @@ impl Txn {
         if follow {
             self.durability = Durability::Async;
         }
+        if !follow && self.durability != Durability::Sync && self.unsynced_over_limit() {
+            self.durability = Durability::Sync;
+        }
         let r = self.commit_inner();
         if r.is_err() {
             self.rollback();
@@ -369,6 +372,24 @@ impl Txn {
             Ok(_) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// Do the pages that wait for a durable commit (freed by commits after the durable one,
+    /// this one included) reach `Options::max_unsynced_bytes`? Then this commit is made
+    /// durable, so the next transactions can reuse them.
+    fn unsynced_over_limit(&mut self) -> bool {
+        let ps = self.limits.page_size as u64;
+        let live = self
+            .high_water
+            .saturating_sub(self.writer.unreachable_pages())
+            * ps;
+        let Some(limit) = self.db.opts.max_unsynced.limit(live) else {
+            return false;
+        };
+        let durable = self.db.durability.lock().durable;
+        let pending = &mut self.writer.free.pending;
+        let waiting = pending.len() - pending.freed_up_to(durable);
+        waiting.saturating_mul(ps) >= limit
     }
 
     /// Ok(true): a Sync commit left to a later sync (the caller waits for it).

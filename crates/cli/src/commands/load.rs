@@ -33,6 +33,10 @@ pub struct LoadArgs {
     /// How dirty pages reach the file [default: pwrite].
     #[arg(long, value_name = "MODE", value_parser = crate::write_mode_parser())]
     pub write_mode: Option<WriteMode>,
+    /// Make an async or nometasync commit durable once the pages replaced by commits not yet
+    /// durable reach this many bytes; 0 never does [default: half the live data, 4 to 64 MiB].
+    #[arg(long, value_name = "BYTES")]
+    pub max_unsynced_bytes: Option<u64>,
 }
 
 /// Split and decode one input line (without its line ending).
@@ -63,6 +67,9 @@ pub fn run(a: LoadArgs) -> CliResult {
     }
     if let Some(m) = a.write_mode {
         opts = opts.write_mode(m);
+    }
+    if let Some(b) = a.max_unsynced_bytes {
+        opts = opts.max_unsynced_bytes((b > 0).then_some(b));
     }
     let db = crate::open::writable(&a.file, opts)?;
     if let Some(ps) = a.page_size.filter(|&ps| ps != db.page_size()) {
