@@ -657,6 +657,25 @@ impl LockFile {
 
     /// [`open`](Self::open) with the layout a new lock file gets.
     pub fn open_with(db_path: &Path, create: bool, opts: LockFileOptions) -> LockResult<LockFile> {
+        // A lock file deleted (while detached) and re-created between our open and our attach
+        // would leave us alone on an unlinked inode: retry then (a few times at most).
+        for _ in 0..8 {
+            if let Some(lf) = Self::open_once(db_path, create, opts)? {
+                return Ok(lf);
+            }
+        }
+        Err(LockFileError::io(
+            "open",
+            &lock_path(db_path),
+            io::Error::other("the lock file kept being replaced while attaching"),
+        ))
+    }
+
+    fn open_once(
+        db_path: &Path,
+        create: bool,
+        opts: LockFileOptions,
+    ) -> LockResult<Option<LockFile>> {
         let path = lock_path(db_path);
         let want = Layout {
             reader_slots: opts.reader_slots.clamp(1, MAX_SLOTS),
@@ -743,6 +762,13 @@ impl LockFile {
                 }
             }
         };
+        let ours = file.metadata().map_err(io_err("fstat"))?;
+        match std::fs::metadata(&path) {
+            Ok(named) if named.dev() == ours.dev() && named.ino() == ours.ino() => {}
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(LockFileError::io("stat", &path, e)),
+        }
         let map = LockMap::new(&file, layout.size() as usize).map_err(io_err("mmap"))?;
         let mut inner = Inner {
             path: path.clone(),
@@ -775,9 +801,9 @@ impl LockFile {
                 });
             }
         }
-        Ok(LockFile {
+        Ok(Some(LockFile {
             inner: Arc::new(inner),
-        })
+        }))
     }
 
     /// The lock file's path.
