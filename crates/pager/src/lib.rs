@@ -8,17 +8,19 @@
 //! meta pages. The on-disk format is drawn in `docs/format.md`.
 //!
 //! All of larch's `unsafe` lives in this crate: the mapping in [`map`] (every block says why
-//! the slice it makes cannot outlive its mapping or alias a write) and three system calls in
-//! `storage.rs` (pwritev, posix_fallocate, lseek). The map calls mmap through libc rather than
-//! memmap2: it reserves address space far past the end of the file (MAP_NORESERVE) and
-//! advises and msyncs ranges of that reservation, and the slices it hands out need their own
-//! `unsafe` either way.
+//! the slice it makes cannot outlive its mapping or alias a write), three system calls in
+//! `storage.rs` (pwritev, posix_fallocate, lseek), and the lock file's shared mapping and
+//! fcntl byte locks in [`lockfile`] (issue 15: several processes on one file). The map calls
+//! mmap through libc rather than memmap2: it reserves address space far past the end of the
+//! file (MAP_NORESERVE) and advises and msyncs ranges of that reservation, and the slices it
+//! hands out need their own `unsafe` either way.
 
 #![warn(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod error;
 mod lock;
+pub mod lockfile;
 pub mod map;
 mod meta;
 mod page;
@@ -26,6 +28,10 @@ mod pager;
 mod storage;
 
 pub use error::{is_disk_full, PagerError, Result};
+pub use lockfile::{
+    lock_path, LockFile, LockFileError, LockFileOptions, LockResult, ReaderInfo, SlotHandle,
+    WriterGuard,
+};
 pub use map::{Advice, Map};
 pub use meta::{
     manifest_batch_capacity, manifest_capacity, node_run_checksum, ManifestRun, Meta, MetaSlot,
