@@ -118,6 +118,9 @@ pub enum Error {
     InvalidSavepoint,
     /// A `WriteCursor` change with no entry under the cursor.
     NoCurrentEntry,
+    /// A panic interrupted a change to one of this transaction's trees: what it left is
+    /// unknown, so the transaction can only be aborted (its commit is refused).
+    Interrupted,
 }
 
 /// One thing wrong with the file, as `check` reports it ([`crate::CheckReport::problems`],
@@ -276,6 +279,10 @@ impl fmt::Display for Error {
                 "the savepoint belongs to another transaction or was discarded by a rollback to an earlier one"
             ),
             Error::NoCurrentEntry => write!(f, "the cursor does not stand on an entry"),
+            Error::Interrupted => write!(
+                f,
+                "a panic interrupted a change in this transaction: it can only be aborted"
+            ),
         }
     }
 }

@@ -106,6 +106,8 @@ pub(crate) struct Txn {
     pub(crate) on_disk: TxId,
     /// Unique per transaction, for savepoints.
     serial: u64,
+    /// A tree edit began and did not return (a panic unwound through it): commit refuses.
+    pub(crate) interrupted: bool,
     /// Savepoints that can still be rolled back to, oldest first.
     pub(crate) savepoints: Vec<u64>,
     /// Pages this transaction allocated and freed while a savepoint existed: reusable only
@@ -193,6 +195,7 @@ impl Txn {
             on_disk,
             writer,
             serial: TX_SERIAL.fetch_add(1, Ordering::Relaxed),
+            interrupted: false,
             savepoints: Vec::new(),
             held_fresh: Vec::new(),
             next_savepoint: 0,
@@ -394,6 +397,9 @@ impl Txn {
 
     /// Ok(true): a Sync commit left to a later sync (the caller waits for it).
     fn commit_inner(&mut self) -> Result<bool> {
+        if self.interrupted {
+            return Err(Error::Interrupted);
+        }
         self.db.pager.check_writable()?;
         // 1. Store changed tree roots in the catalog.
         for i in 2..self.trees.len() {

@@ -75,9 +75,16 @@ impl std::fmt::Debug for WriteTree<'_> {
 
 impl Drop for WriteTree<'_> {
     fn drop(&mut self) {
-        // Never borrowed across user code (only inside `edit`), so this cannot fail.
-        let mut txn = self.txn.borrow_mut();
-        txn.trees[self.idx] = std::mem::replace(&mut self.state, placeholder());
+        // Borrowed only inside `edit`, never across user code; a panic that unwound out of
+        // `edit` released that borrow before this runs.
+        let Ok(mut txn) = self.txn.try_borrow_mut() else {
+            return;
+        };
+        // After a panic inside `edit` the transaction holds the tree and this handle the
+        // placeholder: leave the tree where it is (the transaction is marked interrupted).
+        if !self.state.lent {
+            txn.trees[self.idx] = std::mem::replace(&mut self.state, placeholder());
+        }
     }
 }
 
@@ -119,7 +126,11 @@ impl<'tx> WriteTree<'tx> {
         let mut txn = self.txn.borrow_mut();
         // The transaction holds a placeholder while the tree is lent: swap the two.
         std::mem::swap(&mut txn.trees[self.idx], &mut self.state);
+        // Cleared below unless `f` panics: then the tree's state is unknown (a split half
+        // done, say) and the commit must not write it.
+        txn.interrupted = true;
         let r = f(&mut txn, self.idx);
+        txn.interrupted = false;
         txn.park();
         std::mem::swap(&mut txn.trees[self.idx], &mut self.state);
         if !Arc::ptr_eq(&self.map, &txn.map) {
@@ -1127,5 +1138,37 @@ impl DoubleEndedIterator for WriteRange<'_> {
         }
         let r = self.step_back();
         finish(&mut self.done, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Db, Error, Options};
+
+    #[test]
+    fn a_panic_inside_a_tree_edit_leaves_a_transaction_that_only_aborts() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path().join("p.larch"), Options::default()).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"before", b"1").unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut t = tx.open_tree("t").unwrap();
+            let _ = t.edit(|txn, i| {
+                txn.insert(i, b"half", b"done")?;
+                panic!("a bug inside the tree algorithms");
+                #[allow(unreachable_code)]
+                Ok(())
+            });
+        }));
+        assert!(panicked.is_err());
+        assert!(matches!(tx.commit(), Err(Error::Interrupted)));
+        // Nothing of it reached the file; the next transaction starts clean.
+        let rx = db.begin_read().unwrap();
+        assert!(rx.open_tree("t").is_err());
+        drop(rx);
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"after", b"2").unwrap();
+        tx.commit().unwrap();
+        db.check().unwrap();
     }
 }
