@@ -393,11 +393,16 @@ pub fn ops_with_power_cuts(data: &[u8]) {
     let mut working = Model::new();
     let mut last_txid = 0;
     let mut tx = None;
+    // Savepoints of the open transaction, with the model at each.
+    let mut savepoints: Vec<(larch::Savepoint, Model)> = Vec::new();
     let mut steps = 0;
     while !input.is_empty() && steps < MAX_STEPS {
         steps += 1;
         let op = input.byte();
-        match op % 16 {
+        if tx.is_none() {
+            savepoints.clear();
+        }
+        match op % 20 {
             0..=5 => {
                 let t = TREES[input.byte() as usize % TREES.len()];
                 let k = key(&mut input, max_key);
@@ -422,7 +427,7 @@ pub fn ops_with_power_cuts(data: &[u8]) {
             }
             10..=12 => {
                 let d = [Durability::Sync, Durability::NoMetaSync, Durability::Async]
-                    [(op % 16 - 10) as usize];
+                    [(op % 20 - 10) as usize];
                 let mut w = tx
                     .take()
                     .unwrap_or_else(|| db.begin_write().expect("begin_write"));
@@ -449,6 +454,46 @@ pub fn ops_with_power_cuts(data: &[u8]) {
                 trace
                     .acks
                     .push((trace.ops.lock().unwrap().len(), last_txid, Durability::Sync));
+            }
+            16 => {
+                let t = TREES[input.byte() as usize % TREES.len()];
+                let (a, b) = (key(&mut input, max_key), key(&mut input, max_key));
+                let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                let w = tx.get_or_insert_with(|| db.begin_write().expect("begin_write"));
+                let n = w
+                    .open_tree(t)
+                    .unwrap()
+                    .remove_range(&lo[..]..&hi[..])
+                    .expect("remove_range");
+                let m = working.entry(t.to_string()).or_default();
+                let before = m.len();
+                m.retain(|k, _| !(*k >= lo && *k < hi));
+                assert_eq!(n, (before - m.len()) as u64, "remove_range's count");
+            }
+            17 => {
+                let w = tx.get_or_insert_with(|| db.begin_write().expect("begin_write"));
+                savepoints.push((w.savepoint(), working.clone()));
+            }
+            18 => {
+                if let (Some(w), Some((sp, m))) = (tx.as_mut(), savepoints.last()) {
+                    w.rollback_to(sp).expect("rollback_to");
+                    working = m.clone();
+                }
+            }
+            19 => {
+                let t = TREES[input.byte() as usize % TREES.len()];
+                let w = tx.get_or_insert_with(|| db.begin_write().expect("begin_write"));
+                let m = working.entry(t.to_string()).or_default();
+                let mut tree = w.open_tree(t).unwrap();
+                if input.byte() & 1 == 0 {
+                    let got = tree.pop_first().expect("pop_first");
+                    assert_eq!(got, m.pop_first(), "pop_first disagrees with the model");
+                } else {
+                    let n = tree.retain(|_, v| v.len() % 2 == 0).expect("retain");
+                    let before = m.len();
+                    m.retain(|_, v| v.len() % 2 == 0);
+                    assert_eq!(n, (before - m.len()) as u64, "retain's count");
+                }
             }
             _ => {
                 let back = input.byte() as usize;
