@@ -39,7 +39,7 @@ pub const QUERY_LEN: usize = 10;
 /// Rows a second of the writer beside the queries.
 pub const QUERY_WRITER_ROWS_PER_SEC: f64 = 100.0;
 /// Rows per commit of the key-value engines' index build.
-pub const BUILD_CHUNK: usize = 10_000;
+pub const BUILD_CHUNK: usize = 1_000;
 
 /// Field `k` (0..3) of row `id`: a hash of the id, below `CARDINALITY[k]`, so index inserts
 /// land at random places while the rows go in id order.

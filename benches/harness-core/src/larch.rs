@@ -226,7 +226,7 @@ impl EngineFactory for LarchFactory {
             ),
             v(
                 "insert_benchmark",
-                "trees rows (id -> row), ix1, ix2, ix3 (field + id -> empty) in the same file; a commit opens the four side by side in one write transaction, inserts the rows and their index entries, and deletes the oldest rows with WriteTree::pop_first on rows plus a remove of each of their index entries; ib.l.x reads 10,000 rows a transaction with WriteTree::range and inserts their entries; a range query reads an index with ReadTree::range and each row with get, in one read transaction"
+                "trees rows (id -> row), ix1, ix2, ix3 (field + id -> empty) in the same file; a commit opens the four side by side in one write transaction, inserts the rows and their index entries, and deletes the oldest rows with WriteTree::pop_first on rows plus a remove of each of their index entries; ib.l.x reads 1,000 rows a transaction with WriteTree::range and inserts their entries; a range query reads an index with ReadTree::range and each row with get, in one read transaction"
                     .into(),
             ),
         ]

@@ -39,7 +39,7 @@ impl EngineFactory for LmdbFactory {
             v("reads", "one read transaction (read_txn, thread-local reader slot) per get or scan; values are slices into the map".into()),
             v("writes", "one write transaction per batch (LMDB serializes writers on its mutex)".into()),
             v("database", "the unnamed database, Bytes keys and values".into()),
-            v("insert_benchmark", "named databases rows, ix1, ix2, ix3 in the same environment, written in one write transaction per commit; the oldest row is Database::first then delete on rows plus a delete of each index entry; ib.l.x reads 10,000 rows a transaction with range and puts their entries; a range query is range on an index then get of each row in one read transaction".into()),
+            v("insert_benchmark", "named databases rows, ix1, ix2, ix3 in the same environment, written in one write transaction per commit; the oldest row is Database::first then delete on rows plus a delete of each index entry; ib.l.x reads 1,000 rows a transaction with range and puts their entries; a range query is range on an index then get of each row in one read transaction".into()),
         ]
     }
 

@@ -56,7 +56,7 @@ impl EngineFactory for RedbFactory {
             v("reads", "one read transaction (begin_read + open_table) per get or scan".into()),
             v("writes", "one write transaction per batch (begin_write waits for the writer)".into()),
             v("table", "TableDefinition<&[u8], &[u8]> \"bench\"".into()),
-            v("insert_benchmark", "tables rows, ix1, ix2, ix3 (&[u8] -> &[u8]) opened side by side in one write transaction per commit; the oldest row is Table::pop_first on rows plus a remove of each index entry; ib.l.x reads 10,000 rows a transaction with range and inserts their entries; a range query is range on an index then get of each row in one read transaction".into()),
+            v("insert_benchmark", "tables rows, ix1, ix2, ix3 (&[u8] -> &[u8]) opened side by side in one write transaction per commit; the oldest row is Table::pop_first on rows plus a remove of each index entry; ib.l.x reads 1,000 rows a transaction with range and inserts their entries; a range query is range on an index then get of each row in one read transaction".into()),
         ]
     }
 
