@@ -114,6 +114,86 @@ pub fn write_chart(path: &Path, title: &str, rows: &[Row], order: &[&str]) -> Re
     Ok(())
 }
 
+/// The insert benchmark's curve: rows/s of each tenth of `ib.l.i1` (x: tenth 1..10), one line
+/// per engine/setup and `ib.l.i1*` step, on a log scale. Nothing is written when no row has
+/// tenths.
+pub fn write_tenths_chart(path: &Path, title: &str, rows: &[Row]) -> Result<bool, String> {
+    let series: Vec<(String, Vec<(f64, f64)>)> = rows
+        .iter()
+        .filter_map(|r| {
+            let t = r.tenths.as_ref()?;
+            let pts: Vec<(f64, f64)> = t
+                .iter()
+                .enumerate()
+                .filter(|(_, y)| y.is_finite() && **y > 0.0)
+                .map(|(k, y)| (k as f64 + 1.0, *y))
+                .collect();
+            let name = if r.step == "ib.l.i1" {
+                r.label()
+            } else {
+                format!("{} {}", r.label(), r.step.trim_start_matches("ib.l.i1."))
+            };
+            (!pts.is_empty()).then_some((name, pts))
+        })
+        .collect();
+    if series.is_empty() {
+        return Ok(false);
+    }
+    let ys = series.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y));
+    let min = ys.clone().fold(f64::INFINITY, f64::min);
+    let max = ys.fold(0.0, f64::max);
+    let (lo, hi) = (
+        10f64.powf(min.log10().floor()),
+        10f64.powf((max * 1.01).log10().ceil()),
+    );
+    let legend_w = 40 + 8 * series.iter().map(|s| s.0.len()).max().unwrap_or(8) as u32;
+    let (width, height) = (760 + legend_w, 480);
+    let err = |e: &dyn std::fmt::Display| format!("chart: {e}");
+    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (plot, legend) = root.split_horizontally(width - legend_w);
+    let mut chart = ChartBuilder::on(&plot)
+        .caption(title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.5f64..10.5, (lo..hi).log_scale())
+        .map_err(|e| err(&e))?;
+    let ops_label = |y: &f64| sig3(*y);
+    let tenth_label = |x: &f64| format!("{x:.0}");
+    chart
+        .configure_mesh()
+        .x_labels(10)
+        .x_label_formatter(&tenth_label)
+        .x_desc("tenth of the step's rows")
+        .y_label_formatter(&ops_label)
+        .y_desc("rows/s (log scale)")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (j, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[j % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(|e| err(&e))?;
+        let y = 40 + 22 * j as i32;
+        legend
+            .draw(&Rectangle::new([(8, y), (22, y + 14)], color.filled()))
+            .map_err(|e| err(&e))?;
+        legend
+            .draw(&Text::new(
+                name.clone(),
+                (28, y + 1),
+                ("sans-serif", 13).into_font(),
+            ))
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +217,13 @@ mod tests {
         assert!(svg.starts_with("<svg"));
         assert!(svg.contains("pq.1") && svg.contains("lmdb") && svg.contains("redb"));
         assert!(svg.matches("<rect").count() >= 4);
+
+        let tenths = dir.path().join("ib.svg");
+        assert!(!write_tenths_chart(&tenths, "t", &rows).unwrap());
+        rows[0].step = "ib.l.i1".into();
+        rows[0].tenths = Some((1..=10).map(|k| 1000.0 / k as f64).collect());
+        assert!(write_tenths_chart(&tenths, "t", &rows).unwrap());
+        let svg = std::fs::read_to_string(&tenths).unwrap();
+        assert!(svg.contains("<polyline") || svg.contains("<path"), "{svg}");
     }
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::engine::Durability;
 use crate::steps::{self, Step};
 
 /// Documents and seconds per timed step of `--quick`.
@@ -94,6 +95,18 @@ pub struct Config {
     pub keep: bool,
     /// Skip the limit measurements.
     pub no_limits: bool,
+    /// Insert benchmark: rows of `ib.l.i0` (and the table's size after).
+    pub ib_rows: u64,
+    /// Insert benchmark: rows each `ib.l.i1` inserts (and deletes).
+    pub ib_inserts: u64,
+    /// Insert benchmark: bytes of a row (the 3 indexed fields included).
+    pub ib_row_size: usize,
+    /// Insert benchmark: rows per commit in `ib.l.i0` and `ib.l.i1`.
+    pub ib_batch: usize,
+    /// Insert benchmark: the writer counts `ib.l.i1` runs at, in order.
+    pub ib_threads: Vec<usize>,
+    /// Insert benchmark: the durability of its commits.
+    pub ib_durability: Durability,
     /// Set in a child process.
     pub child: Option<ChildRole>,
     /// Set in a ballast helper process: bytes to lock.
@@ -137,9 +150,20 @@ pub fn usage(program: &str) -> String {
   --mem-mechanism M    auto (default), cgroup or ballast
   --io-counter C       wKB/o from the block device's sectors written (device, the default; falls
                        back to proc when unreadable) or /proc/self/io write_bytes (proc)
+  --ib-rows N          insert benchmark: rows loaded by ib.l.i0, the table's size (default: --docs)
+  --ib-inserts M       insert benchmark: rows inserted (and oldest deleted) by each ib.l.i1
+                       (default: --ib-rows)
+  --ib-row-size B      insert benchmark: row bytes, the 3 indexed 8-byte fields included
+                       (default 100)
+  --ib-batch N         insert benchmark: rows per commit in ib.l.i0 and ib.l.i1 (default 100)
+  --ib-threads LIST    insert benchmark: writer counts ib.l.i1 runs at, e.g. 1,2,4 (default 1;
+                       at most {max_ib}); 2 writers make step ib.l.i1.t2, and so on
+  --ib-durability D    insert benchmark commits: async (default; SQLite synchronous=NORMAL)
+                       or sync (SQLite FULL)
   --keep               keep the database files
   --no-limits          do not measure the limits (fdatasync/s, in-memory BTreeMap, direct reads)",
-        steps::ALL.map(|s| s.name()).join(",")
+        steps::listed_names().join(","),
+        max_ib = steps::MAX_IB_THREADS,
     )
 }
 
@@ -178,7 +202,7 @@ impl Config {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             batch: 1000,
             engines: None,
-            steps: steps::ALL.to_vec(),
+            steps: Vec::new(),
             larch_setups: vec![default_larch_setup()],
             seed: None,
             dir: None,
@@ -188,11 +212,19 @@ impl Config {
             io_counter: IoCounter::Device,
             keep: false,
             no_limits: false,
+            ib_rows: 0,
+            ib_inserts: 0,
+            ib_row_size: 100,
+            ib_batch: 100,
+            ib_threads: vec![1],
+            ib_durability: Durability::Async,
             child: None,
             ballast: None,
         };
         let mut docs = None;
         let mut secs = None;
+        let mut steps_given: Option<Vec<Step>> = None;
+        let (mut ib_rows, mut ib_inserts) = (None, None);
         let mut i = 0;
         while i < args.len() {
             let a = args[i].as_str();
@@ -210,7 +242,26 @@ impl Config {
                 "--threads" => c.threads = num(value(args, &mut i, a)?, a)?,
                 "--batch" => c.batch = num(value(args, &mut i, a)?, a)?,
                 "--engines" => c.engines = Some(list(value(args, &mut i, a)?)),
-                "--steps" => c.steps = steps::parse_list(value(args, &mut i, a)?)?,
+                "--steps" => steps_given = Some(steps::parse_list(value(args, &mut i, a)?)?),
+                "--ib-rows" => ib_rows = Some(num::<u64>(value(args, &mut i, a)?, a)?),
+                "--ib-inserts" => ib_inserts = Some(num::<u64>(value(args, &mut i, a)?, a)?),
+                "--ib-row-size" => c.ib_row_size = num(value(args, &mut i, a)?, a)?,
+                "--ib-batch" => c.ib_batch = num(value(args, &mut i, a)?, a)?,
+                "--ib-threads" => {
+                    c.ib_threads = list(value(args, &mut i, a)?)
+                        .iter()
+                        .map(|n| num::<usize>(n, a))
+                        .collect::<Result<_, _>>()?;
+                }
+                "--ib-durability" => {
+                    c.ib_durability = match value(args, &mut i, a)? {
+                        "async" => Durability::Async,
+                        "sync" => Durability::Sync,
+                        other => {
+                            return Err(format!("--ib-durability {other:?}: use async or sync"))
+                        }
+                    }
+                }
                 "--larch-setups" => c.larch_setups = list(value(args, &mut i, a)?),
                 "--seed" => c.seed = Some(num(value(args, &mut i, a)?, a)?),
                 "--dir" => c.dir = Some(PathBuf::from(value(args, &mut i, a)?)),
@@ -275,6 +326,36 @@ impl Config {
         if c.docs == 0 {
             return Err("--docs must be at least 1".into());
         }
+        c.ib_rows = ib_rows.unwrap_or(c.docs);
+        c.ib_inserts = ib_inserts.unwrap_or(c.ib_rows);
+        if c.ib_rows == 0 || c.ib_inserts == 0 {
+            return Err("--ib-rows and --ib-inserts must be at least 1".into());
+        }
+        if !(crate::ib::FIELDS_BYTES..=1 << 20).contains(&c.ib_row_size) {
+            return Err(format!(
+                "--ib-row-size must be between {} and 1048576",
+                crate::ib::FIELDS_BYTES
+            ));
+        }
+        if c.ib_batch == 0 {
+            return Err("--ib-batch must be at least 1".into());
+        }
+        if c.ib_threads.is_empty()
+            || c.ib_threads
+                .iter()
+                .any(|&n| n == 0 || n > steps::MAX_IB_THREADS)
+        {
+            return Err(format!(
+                "--ib-threads takes counts from 1 to {}",
+                steps::MAX_IB_THREADS
+            ));
+        }
+        c.ib_threads.sort_unstable();
+        c.ib_threads.dedup();
+        c.steps = match steps_given {
+            Some(s) => steps::with_ib_threads(s, &c.ib_threads),
+            None => steps::default_list(&c.ib_threads),
+        };
         if !(c.secs > 0.0 && c.secs.is_finite()) {
             return Err("--secs must be a positive number".into());
         }
@@ -329,6 +410,22 @@ impl Config {
                 .map(|s| s.name())
                 .collect::<Vec<_>>()
                 .join(","),
+            "--ib-rows".into(),
+            self.ib_rows.to_string(),
+            "--ib-inserts".into(),
+            self.ib_inserts.to_string(),
+            "--ib-row-size".into(),
+            self.ib_row_size.to_string(),
+            "--ib-batch".into(),
+            self.ib_batch.to_string(),
+            "--ib-threads".into(),
+            self.ib_threads
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            "--ib-durability".into(),
+            self.ib_durability.name().into(),
             "--seed".into(),
             seed.to_string(),
             "--dir".into(),
@@ -375,7 +472,12 @@ mod tests {
             (c.docs, c.secs, c.value_size, c.key_size),
             (200_000, 5.0, 256, 16)
         );
-        assert_eq!(c.steps.len(), 13);
+        assert_eq!(c.steps.len(), 13 + 5);
+        assert_eq!(
+            (c.ib_rows, c.ib_inserts, c.ib_row_size, c.ib_batch),
+            (200_000, 200_000, 100, 100)
+        );
+        assert_eq!(c.ib_threads, vec![1]);
         // The engine's default (FirstFit, Pwrite); a change there shows up here.
         assert_eq!(c.larch_setups, vec!["first-fit/pwrite".to_string()]);
         let q = parse("--quick").unwrap();
@@ -383,6 +485,56 @@ mod tests {
         // Explicit sizes win over --quick whatever the order.
         let q = parse("--docs 1000 --quick --secs 0.5").unwrap();
         assert_eq!((q.docs, q.secs), (1000, 0.5));
+        assert_eq!(q.ib_rows, 1000);
+    }
+
+    #[test]
+    fn ib_options() {
+        let c = parse(
+            "--steps ib.l.i1,ib.qr100 --ib-threads 4,1,2 --ib-rows 500 --ib-inserts 300 \
+             --ib-row-size 64 --ib-batch 10 --ib-durability sync",
+        )
+        .unwrap();
+        let names: Vec<&str> = c.steps.iter().map(|s| s.name()).collect();
+        assert_eq!(
+            names,
+            vec!["ib.l.i1", "ib.l.i1.t2", "ib.l.i1.t4", "ib.qr100"]
+        );
+        assert_eq!(
+            (c.ib_rows, c.ib_inserts, c.ib_row_size, c.ib_batch),
+            (500, 300, 64, 10)
+        );
+        assert_eq!(c.ib_durability, Durability::Sync);
+        let args = c.child_args(
+            "larch",
+            "first-fit/pwrite",
+            1,
+            std::path::Path::new("/d"),
+            std::path::Path::new("/r"),
+            None,
+        );
+        let child = Config::parse(&args).unwrap();
+        assert_eq!(child.steps, c.steps);
+        assert_eq!(
+            (
+                child.ib_rows,
+                child.ib_inserts,
+                child.ib_row_size,
+                child.ib_batch
+            ),
+            (500, 300, 64, 10)
+        );
+        assert_eq!(child.ib_threads, vec![1, 2, 4]);
+        assert_eq!(child.ib_durability, Durability::Sync);
+        for bad in [
+            "--ib-threads 0",
+            "--ib-threads 9",
+            "--ib-row-size 8",
+            "--ib-batch 0",
+            "--ib-durability x",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
     }
 
     #[test]

@@ -96,6 +96,12 @@ pub trait EngineFactory: Sync {
     }
     /// The configuration `open` uses, written into results.json: (setting, value) pairs.
     fn describe(&self, setup: &str, cfg: &EngineConfig) -> Vec<(String, String)>;
+    /// Whether this engine runs the insert benchmark (`ib.*` steps: [`Engine::ib_writer`],
+    /// [`Engine::ib_reader`], [`Engine::ib_build_indexes`]). Engines that do not are left out
+    /// of those steps.
+    fn supports_ib(&self) -> bool {
+        false
+    }
     /// Open (creating) a database in the empty directory `dir`.
     fn open(&self, dir: &Path, setup: &str, cfg: &EngineConfig) -> Result<Box<dyn Engine>>;
 }
@@ -114,6 +120,56 @@ pub trait Engine: Send + Sync {
     fn sync(&self) -> Result<()>;
     /// Close cleanly (consumes the handle; dropping does the same without the error).
     fn close(self: Box<Self>) -> Result<()>;
+
+    /// The durability of the insert benchmark's commits (called before each `ib.*` step that
+    /// writes). SQLite maps async to `synchronous=NORMAL` here (the setting) rather
+    /// than the `OFF` of the other steps.
+    fn ib_set_durability(&self, d: Durability) -> Result<()> {
+        self.set_durability(d)
+    }
+    /// A writer of the insert benchmark's tables (rows by id, three secondary indexes).
+    fn ib_writer(&self) -> Result<Box<dyn IbWriter + '_>> {
+        Err("this engine does not run the insert benchmark".into())
+    }
+    /// A reader of the insert benchmark's tables.
+    fn ib_reader(&self) -> Result<Box<dyn IbReader + '_>> {
+        Err("this engine does not run the insert benchmark".into())
+    }
+    /// `ib.l.x`: build the three secondary indexes from the rows already inserted (async
+    /// commits; a KV engine commits every `chunk` rows). `progress` is called after each
+    /// commit with the rows indexed so far (for the latency histogram). Returns the rows.
+    fn ib_build_indexes(&self, chunk: usize, progress: &mut dyn FnMut(u64)) -> Result<u64> {
+        let _ = (chunk, progress);
+        Err("this engine does not run the insert benchmark".into())
+    }
+}
+
+/// One row of the insert benchmark: `id` (the primary key, 8 bytes big-endian in KV engines)
+/// and its value, whose first [`crate::ib::FIELDS_BYTES`] bytes are the three indexed fields
+/// (see [`crate::ib::field`]).
+#[derive(Clone, Copy, Debug)]
+pub struct IbRow<'a> {
+    /// The auto-increment id.
+    pub id: u64,
+    /// The row: three 8-byte big-endian fields then padding.
+    pub value: &'a [u8],
+}
+
+/// Writes of the insert benchmark for one thread.
+pub trait IbWriter {
+    /// In one transaction, with the durability last set: insert `rows` (and, when `indexed`,
+    /// their three index entries: field value + id -> empty), then delete the `trim` rows with
+    /// the smallest ids (and their index entries, when `indexed`). Returns the rows deleted.
+    fn insert(&mut self, rows: &[IbRow<'_>], indexed: bool, trim: usize) -> Result<usize>;
+}
+
+/// Reads of the insert benchmark for one thread; each call is one read transaction.
+pub trait IbReader {
+    /// Point query on the primary key: whether row `id` exists.
+    fn row(&mut self, id: u64) -> Result<bool>;
+    /// Range query: up to `n` entries of index `index` (0..3) from field value `from`, then a
+    /// point read of each row they name. Returns (entries, rows found).
+    fn index_range(&mut self, index: usize, from: u64, n: usize) -> Result<(usize, usize)>;
 }
 
 /// Writes for one thread.

@@ -9,7 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use larch_engine::{Advice, Db, Durability as LDurability, Options, Policy, WriteMode};
 
-use crate::engine::{Durability, Engine, EngineConfig, EngineFactory, Reader, Result, Writer};
+use crate::engine::{
+    Durability, Engine, EngineConfig, EngineFactory, IbReader, IbRow, IbWriter, Reader, Result,
+    Writer,
+};
+use crate::ib::{self, TABLES};
 
 /// The tree every larch setup stores documents in.
 pub const TREE: &str = "bench";
@@ -148,6 +152,10 @@ impl EngineFactory for LarchFactory {
         Setup::parse(setup).map(|_| ()).map_err(Into::into)
     }
 
+    fn supports_ib(&self) -> bool {
+        true
+    }
+
     fn reopen_after_load(&self, setup: &str) -> Option<String> {
         Setup::parse(setup).ok()?.load_advice?;
         Some(
@@ -216,6 +224,11 @@ impl EngineFactory for LarchFactory {
                 "one write transaction (begin_write + open_tree + inserts + commit) per batch; concurrent writers wait for the writer lock"
                     .into(),
             ),
+            v(
+                "insert_benchmark",
+                "trees rows (id -> row), ix1, ix2, ix3 (field + id -> empty) in the same file; a commit opens the four side by side in one write transaction, inserts the rows and their index entries, and deletes the oldest rows with WriteTree::pop_first on rows plus a remove of each of their index entries; ib.l.x reads 1,000 rows a transaction with WriteTree::range and inserts their entries; a range query reads an index with ReadTree::range and each row with get, in one read transaction"
+                    .into(),
+            ),
         ]
     }
 
@@ -230,6 +243,9 @@ impl EngineFactory for LarchFactory {
         if missing {
             let tx = db.begin_write()?;
             tx.open_tree(TREE)?;
+            for name in TABLES {
+                tx.open_tree(name)?;
+            }
             tx.commit()?;
         }
         Ok(Box::new(LarchEngine {
@@ -267,6 +283,136 @@ impl Engine for LarchEngine {
         drop(self);
         Ok(())
     }
+
+    fn ib_writer(&self) -> Result<Box<dyn IbWriter + '_>> {
+        Ok(Box::new(LarchWriter { e: self }))
+    }
+
+    fn ib_reader(&self) -> Result<Box<dyn IbReader + '_>> {
+        Ok(Box::new(LarchReader { db: &self.db }))
+    }
+
+    fn ib_build_indexes(&self, chunk: usize, progress: &mut dyn FnMut(u64)) -> Result<u64> {
+        let mut done = 0u64;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let mut tx = self.db.begin_write()?;
+            tx.set_durability(self.durability());
+            let batch: Vec<(Vec<u8>, Vec<u8>)> = {
+                let rows = tx.open_tree(TABLES[0])?;
+                let from = match &after {
+                    Some(k) => Bound::Excluded(k.as_slice()),
+                    None => Bound::Unbounded,
+                };
+                let mut v = Vec::with_capacity(chunk);
+                for e in rows.range((from, Bound::Unbounded))?.take(chunk) {
+                    let (k, val) = e?;
+                    v.push((k.to_vec(), val.to_vec()));
+                }
+                v
+            };
+            if batch.is_empty() {
+                return Ok(done);
+            }
+            {
+                let mut ix = [
+                    tx.open_tree(TABLES[1])?,
+                    tx.open_tree(TABLES[2])?,
+                    tx.open_tree(TABLES[3])?,
+                ];
+                for (k, v) in &batch {
+                    let id = ib::id_of(k);
+                    for (j, t) in ix.iter_mut().enumerate() {
+                        t.insert(&ib::index_key(v, j, id), b"")?;
+                    }
+                }
+            }
+            tx.commit()?;
+            done += batch.len() as u64;
+            after = batch.last().map(|(k, _)| k.clone());
+            progress(done);
+        }
+    }
+}
+
+impl LarchEngine {
+    fn durability(&self) -> LDurability {
+        if self.sync.load(Ordering::Relaxed) {
+            LDurability::Sync
+        } else {
+            LDurability::Async
+        }
+    }
+}
+
+impl IbWriter for LarchWriter<'_> {
+    fn insert(&mut self, new: &[IbRow<'_>], indexed: bool, trim: usize) -> Result<usize> {
+        let mut tx = self.e.db.begin_write()?;
+        tx.set_durability(self.e.durability());
+        let mut deleted = 0;
+        {
+            let mut rows = tx.open_tree(TABLES[0])?;
+            let mut ix = if indexed {
+                Some([
+                    tx.open_tree(TABLES[1])?,
+                    tx.open_tree(TABLES[2])?,
+                    tx.open_tree(TABLES[3])?,
+                ])
+            } else {
+                None
+            };
+            for r in new {
+                rows.insert(&ib::row_key(r.id), r.value)?;
+                if let Some(ix) = &mut ix {
+                    for (j, t) in ix.iter_mut().enumerate() {
+                        t.insert(&ib::index_key(r.value, j, r.id), b"")?;
+                    }
+                }
+            }
+            while deleted < trim {
+                let Some((k, v)) = rows.pop_first()? else {
+                    break;
+                };
+                if let Some(ix) = &mut ix {
+                    let id = ib::id_of(&k);
+                    for (j, t) in ix.iter_mut().enumerate() {
+                        t.remove(&ib::index_key(&v, j, id))?;
+                    }
+                }
+                deleted += 1;
+            }
+        }
+        tx.commit()?;
+        Ok(deleted)
+    }
+}
+
+impl IbReader for LarchReader<'_> {
+    fn row(&mut self, id: u64) -> Result<bool> {
+        let rx = self.db.begin_read()?;
+        let t = rx.open_tree(TABLES[0])?;
+        Ok(t.get(&ib::row_key(id))?.is_some())
+    }
+
+    fn index_range(&mut self, index: usize, from: u64, n: usize) -> Result<(usize, usize)> {
+        let rx = self.db.begin_read()?;
+        let ix = rx.open_tree(TABLES[1 + index])?;
+        let rows = rx.open_tree(TABLES[0])?;
+        let start = ib::index_start(from);
+        let (mut entries, mut found) = (0, 0);
+        for e in ix
+            .range((Bound::Included(&start[..]), Bound::Unbounded))?
+            .take(n)
+        {
+            let (k, _) = e?;
+            entries += 1;
+            if let Some(v) = rows.get(&ib::row_key(ib::id_of(k)))? {
+                std::hint::black_box(v);
+                found += 1;
+            }
+        }
+        Ok((entries, found))
+    }
 }
 
 struct LarchWriter<'e> {
@@ -276,11 +422,7 @@ struct LarchWriter<'e> {
 impl Writer for LarchWriter<'_> {
     fn write(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
         let mut tx = self.e.db.begin_write()?;
-        tx.set_durability(if self.e.sync.load(Ordering::Relaxed) {
-            LDurability::Sync
-        } else {
-            LDurability::Async
-        });
+        tx.set_durability(self.e.durability());
         {
             let mut t = tx.open_tree(TREE)?;
             for (k, v) in pairs {
@@ -419,6 +561,56 @@ mod tests {
         let mut bytes = 0;
         assert_eq!(r.scan(b"b", 20, &mut bytes).unwrap(), 2);
         assert_eq!(bytes, 2 + 3 + 2);
+        drop(r);
+        e.close().unwrap();
+    }
+
+    #[test]
+    fn runs_the_insert_benchmark_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EngineConfig {
+            docs: 10,
+            key_size: 16,
+            value_size: 8,
+            threads: 1,
+            mem_limit: None,
+        };
+        let e = LarchFactory
+            .open(dir.path(), "first-fit/pwrite", &cfg)
+            .unwrap();
+        e.ib_set_durability(Durability::Async).unwrap();
+        let row = |id: u64| {
+            let mut v = vec![0u8; 32];
+            for k in 0..3 {
+                v[8 * k..8 * k + 8].copy_from_slice(&ib::field(id, k).to_be_bytes());
+            }
+            v
+        };
+        let vals: Vec<Vec<u8>> = (1..=20).map(row).collect();
+        let rows: Vec<IbRow<'_>> = vals
+            .iter()
+            .enumerate()
+            .map(|(i, v)| IbRow {
+                id: i as u64 + 1,
+                value: v,
+            })
+            .collect();
+        let mut w = e.ib_writer().unwrap();
+        assert_eq!(w.insert(&rows[..10], false, 0).unwrap(), 0);
+        assert_eq!(e.ib_build_indexes(3, &mut |_| {}).unwrap(), 10);
+        // 10 more, indexed, and the 4 oldest deleted.
+        assert_eq!(w.insert(&rows[10..], true, 4).unwrap(), 4);
+        drop(w);
+        let mut r = e.ib_reader().unwrap();
+        assert!(!r.row(4).unwrap() && r.row(5).unwrap() && r.row(20).unwrap());
+        // Every index holds exactly the 16 live rows, each naming a live row.
+        for k in 0..3 {
+            let (entries, found) = r.index_range(k, 0, 100).unwrap();
+            assert_eq!((entries, found), (16, 16), "index {k}");
+        }
+        let f = ib::field(20, 1);
+        let (entries, found) = r.index_range(1, f, 1).unwrap();
+        assert_eq!((entries, found), (1, 1));
         drop(r);
         e.close().unwrap();
     }

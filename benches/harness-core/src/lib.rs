@@ -14,6 +14,7 @@ pub mod chart;
 pub mod config;
 pub mod counters;
 pub mod engine;
+pub mod ib;
 pub mod json;
 pub mod keys;
 pub mod larch;
@@ -27,7 +28,10 @@ pub mod steps;
 pub mod table;
 
 pub use config::Config;
-pub use engine::{BoxError, Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
+pub use engine::{
+    BoxError, Durability, Engine, EngineConfig, EngineFactory, IbReader, IbRow, IbWriter, Reader,
+    Writer,
+};
 pub use keys::{KeyGen, Rng, Values};
 pub use report::Row;
 pub use run::main;

@@ -62,9 +62,12 @@ pub struct Row {
     /// `device:NAME` or `proc:write_bytes`.
     #[serde(skip)]
     pub wkb_source: String,
-    /// Writes/s of the limited writer (pqw, rqw).
+    /// Writes/s of the limited writer (pqw, rqw; rows/s of the writer of ib.qr100/ib.qp100).
     #[serde(skip)]
     pub writer_ops: Option<f64>,
+    /// ib.l.i1: rows/s of each tenth of the step's rows (the curve as the cache fills).
+    #[serde(skip)]
+    pub tenths: Option<Vec<f64>>,
     /// Why the step has no numbers.
     #[serde(skip)]
     pub error: Option<String>,
@@ -90,7 +93,7 @@ pub const ROW_FIELDS: [&str; 15] = [
 ];
 
 /// Field names of the `details` objects (after engine, setup, step).
-pub const DETAIL_FIELDS: [&str; 10] = [
+pub const DETAIL_FIELDS: [&str; 11] = [
     "ops_total",
     "secs",
     "threads",
@@ -100,6 +103,7 @@ pub const DETAIL_FIELDS: [&str; 10] = [
     "device_write_bytes",
     "wkb_source",
     "writer_ops",
+    "tenths",
     "error",
 ];
 
@@ -175,6 +179,12 @@ impl Row {
             ("device_write_bytes", opt(&self.device_write_bytes)),
             ("wkb_source", self.wkb_source.clone()),
             ("writer_ops", opt(&self.writer_ops)),
+            (
+                "tenths",
+                self.tenths.as_ref().map_or(String::new(), |t| {
+                    t.iter().map(f64::to_string).collect::<Vec<_>>().join(";")
+                }),
+            ),
             ("error", opt(&self.error)),
         ]
     }
@@ -237,6 +247,13 @@ impl Row {
                 "device_write_bytes" => r.device_write_bytes = ou(v)?,
                 "wkb_source" => r.wkb_source = v.into(),
                 "writer_ops" => r.writer_ops = if v.is_empty() { None } else { Some(f(v)?) },
+                "tenths" => {
+                    r.tenths = if v.is_empty() {
+                        None
+                    } else {
+                        Some(v.split(';').map(f).collect::<Result<_, _>>()?)
+                    }
+                }
                 "error" => r.error = (!v.is_empty()).then(|| v.to_string()),
                 _ => continue,
             }
@@ -263,6 +280,7 @@ impl Row {
             device_write_bytes: self.device_write_bytes,
             wkb_source: &self.wkb_source,
             writer_ops: self.writer_ops,
+            tenths: self.tenths.as_deref(),
             error: self.error.as_deref(),
         }
     }
@@ -284,6 +302,7 @@ struct Details<'a> {
     device_write_bytes: Option<u64>,
     wkb_source: &'a str,
     writer_ops: Option<f64>,
+    tenths: Option<&'a [f64]>,
     error: Option<&'a str>,
 }
 
@@ -387,6 +406,7 @@ mod tests {
             device_write_bytes: None,
             wkb_source: "device:vda".into(),
             writer_ops: None,
+            tenths: Some(vec![1000.0, 950.5]),
             error: Some("a\tb=c\nd%".into()),
         }
     }
@@ -426,7 +446,7 @@ mod tests {
         assert!(lines[0].starts_with("engine,setup,step,ops,p50_us,p99_us,p999_us,db_bytes"));
         assert!(lines[1].ends_with("\"x, \"\"y\"\"\""));
         assert!(lines[2].starts_with("lmdb,default,load,,"));
-        assert_eq!(lines[0].split(',').count(), 25);
+        assert_eq!(lines[0].split(',').count(), 26);
     }
 
     #[test]

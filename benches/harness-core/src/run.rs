@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::config::{ChildRole, Config, IoCounter};
 use crate::counters::{self, Device, Snapshot, Who};
 use crate::engine::{BoxError, Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
+use crate::ib::IbState;
 use crate::json::Pairs;
 use crate::keys::{mix64, thread_seed, KeyGen, Rng, Values, MAX_KEY};
 use crate::limits::{self, Limits};
@@ -135,8 +136,30 @@ fn steps_for(cfg: &Config, f: &dyn EngineFactory, setup: &str) -> Vec<Step> {
             .copied()
             .filter(|s| only.contains(s))
             .collect(),
-        None => cfg.steps.clone(),
+        None => cfg
+            .steps
+            .iter()
+            .copied()
+            .filter(|s| !s.is_ib() || f.supports_ib())
+            .collect(),
     }
+}
+
+/// The configuration of each child an engine/setup runs in: one for the ForestDB steps and
+/// one for the insert benchmark's (its own database, so sizes and counters are its own), with
+/// the suffix of its directory and rows file.
+fn child_configs(cfg: &Config, f: &dyn EngineFactory, setup: &str) -> Vec<(Config, &'static str)> {
+    let steps = steps_for(cfg, f, setup);
+    let mut out = Vec::new();
+    for (ib, suffix) in [(false, ""), (true, "-ib")] {
+        let part: Vec<Step> = steps.iter().copied().filter(|s| s.is_ib() == ib).collect();
+        if !part.is_empty() {
+            let mut c = cfg.clone();
+            c.steps = part;
+            out.push((c, suffix));
+        }
+    }
+    out
 }
 
 // ---- the child --------------------------------------------------------------------------
@@ -164,7 +187,8 @@ fn child(cfg: &Config, role: &ChildRole, factories: &[&dyn EngineFactory]) -> i3
         eprintln!("error: a child needs --dir");
         return 2;
     };
-    let dir = root.join(dir_name(&role.engine, &role.setup));
+    let ib = cfg.steps.iter().all(|s| s.is_ib());
+    let dir = root.join(dir_name(&role.engine, &role.setup) + if ib { "-ib" } else { "" });
     let _ = fs::remove_dir_all(&dir);
     if let Err(e) = fs::create_dir_all(&dir) {
         eprintln!("error: {}: {e}", dir.display());
@@ -201,16 +225,18 @@ fn child(cfg: &Config, role: &ChildRole, factories: &[&dyn EngineFactory]) -> i3
 }
 
 /// What a child shares with the threads of a step.
-struct Ctx<'a> {
-    cfg: &'a Config,
-    engine: &'a dyn Engine,
+pub(crate) struct Ctx<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) engine: &'a dyn Engine,
     keys: KeyGen,
     values: &'a Values,
-    seed: u64,
+    pub(crate) seed: u64,
     dir: &'a Path,
     device: Option<&'a Device>,
     role: &'a ChildRole,
     limit: bool,
+    /// The insert benchmark's next id.
+    pub(crate) ib: &'a IbState,
 }
 
 fn run_engine(
@@ -228,6 +254,7 @@ fn run_engine(
     let seed = cfg.seed.unwrap_or(0);
     let values = Values::new(cfg.value_size, seed ^ 0x5eed);
     let keys = KeyGen::new(cfg.key_size)?;
+    let ib = IbState::default();
     // A macro, not a closure: each step borrows the engine only while it runs, and the engine
     // may be closed and reopened after the load.
     macro_rules! ctx {
@@ -242,6 +269,7 @@ fn run_engine(
                 device: device.as_ref(),
                 role,
                 limit: role.engine == limits::ENGINE,
+                ib: &ib,
             }
         };
     }
@@ -258,7 +286,22 @@ fn run_engine(
     };
     let steps = steps_for(cfg, factory, &role.setup);
     let load = Step::new(Kind::Load, false);
-    if factory.steps(&role.setup).is_none() && !steps.contains(&load) {
+    let ib_only = !steps.is_empty() && steps.iter().all(|s| s.is_ib());
+    if ib_only {
+        // The insert benchmark's steps need the rows (and the later ones the indexes).
+        let needs_index = steps
+            .iter()
+            .any(|s| matches!(s.kind, Kind::IbInsert | Kind::IbQr | Kind::IbQp));
+        for (kind, needed) in [(Kind::IbLoad, true), (Kind::IbIndex, needs_index)] {
+            let step = Step::new(kind, false);
+            if needed && !steps.contains(&step) {
+                *current = step.name().into();
+                eprintln!("  ({}, not reported: the other steps need it)", step.name());
+                engine.ib_set_durability(cfg.ib_durability)?;
+                crate::ib::run(&ctx!(&*engine), step)?;
+            }
+        }
+    } else if factory.steps(&role.setup).is_none() && !steps.contains(&load) {
         *current = "load".into();
         eprintln!("  (load, not reported: the other steps need the data)");
         engine.set_durability(Durability::Async)?;
@@ -287,19 +330,21 @@ fn run_engine(
 }
 
 /// What the operations of a step did.
-struct Outcome {
-    ops: u64,
-    secs: f64,
-    hist: Histogram<u64>,
-    writer_writes: Option<u64>,
+pub(crate) struct Outcome {
+    pub(crate) ops: u64,
+    pub(crate) secs: f64,
+    pub(crate) hist: Histogram<u64>,
+    pub(crate) writer_writes: Option<u64>,
+    /// `ib.l.i1`: rows/s of each tenth of its rows.
+    pub(crate) tenths: Option<Vec<f64>>,
 }
 
-fn new_hist() -> Histogram<u64> {
+pub(crate) fn new_hist() -> Histogram<u64> {
     // 1 ns .. 1 hour at 3 significant digits.
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
 
-fn nanos(d: Duration) -> u64 {
+pub(crate) fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
@@ -307,16 +352,25 @@ fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
     if let Some(d) = step.durability() {
         ctx.engine.set_durability(d)?;
     }
+    if step.is_ib() {
+        ctx.engine.ib_set_durability(ctx.cfg.ib_durability)?;
+    }
     counters::reset_peak_rss();
     let before = Snapshot::take(Who::Process, ctx.device);
     let o = if step.kind == Kind::Load {
         run_load(ctx)?
+    } else if step.is_ib() {
+        crate::ib::run(ctx, step)?
     } else {
         run_timed(ctx, step)?
     };
     // Async commits are made durable before the counters close (not timed), so wKB/o counts
     // what the step's commits eventually write, not what happened to be flushed by chance.
-    if step.kind != Kind::Load && step.durability() == Some(Durability::Async) {
+    // (ib.l.i0 and ib.l.x end with a sync counted in their time, as load does.)
+    let async_ib = step.is_ib()
+        && ctx.cfg.ib_durability == Durability::Async
+        && !matches!(step.kind, Kind::IbLoad | Kind::IbIndex);
+    if (step.kind != Kind::Load && step.durability() == Some(Durability::Async)) || async_ib {
         ctx.engine.sync()?;
     }
     let after = Snapshot::take(Who::Process, ctx.device);
@@ -337,7 +391,11 @@ fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
         (None, Some(io)) => (io.write_bytes as f64, "proc:write_bytes".to_string()),
         (None, None) => (f64::NAN, "none".to_string()),
     };
-    let logical = engine_config(ctx.cfg).logical_bytes() as f64;
+    let logical = if step.is_ib() {
+        ib_logical_bytes(ctx.cfg, step) as f64
+    } else {
+        engine_config(ctx.cfg).logical_bytes() as f64
+    };
     Ok(Row {
         engine: ctx.role.engine.clone(),
         setup: ctx.role.setup.clone(),
@@ -369,8 +427,21 @@ fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
         device_write_bytes: d.device_bytes,
         wkb_source: source,
         writer_ops: o.writer_writes.map(|w| w as f64 / o.secs.max(1e-9)),
+        tenths: o.tenths,
         error: None,
     })
+}
+
+/// Logical bytes of the insert benchmark's table after `step`: rows x (8-byte id + row),
+/// plus 3 x 16-byte index entries per row once the indexes exist.
+fn ib_logical_bytes(cfg: &Config, step: Step) -> u64 {
+    let per_row = 8 + cfg.ib_row_size as u64;
+    let index = if step.kind == Kind::IbLoad {
+        0
+    } else {
+        3 * crate::ib::INDEX_KEY as u64
+    };
+    cfg.ib_rows * (per_row + index)
 }
 
 /// load: every document, `--batch` per commit, async; then one sync, counted. Latency is
@@ -412,6 +483,7 @@ fn run_load(ctx: &Ctx<'_>) -> Result<Outcome> {
         secs: t0.elapsed().as_secs_f64(),
         hist,
         writer_writes: None,
+        tenths: None,
     })
 }
 
@@ -486,6 +558,7 @@ fn run_timed(ctx: &Ctx<'_>, step: Step) -> Result<Outcome> {
             secs: end.duration_since(start).as_secs_f64(),
             hist,
             writer_writes: writes,
+            tenths: None,
         })
     })
 }
@@ -610,6 +683,12 @@ struct RunConfig<'a> {
     load_batch: usize,
     steps: Vec<&'static str>,
     larch_setups: &'a [String],
+    ib_rows: u64,
+    ib_inserts: u64,
+    ib_row_size: usize,
+    ib_batch: usize,
+    ib_threads: &'a [usize],
+    ib_durability: &'static str,
     /// A string, as results.json always had it: a u64 seed above 2^53 loses digits in many
     /// JSON readers.
     seed: String,
@@ -862,12 +941,21 @@ fn run_plan(
         described
             .0
             .push((label.clone(), Pairs(f.describe(setup, &ecfg))));
-        eprintln!("== {label}");
-        let got = run_child(cfg, *f, setup, &label, s, exe)?;
-        if is_limit {
-            limit_rows.extend(got);
-        } else {
-            engine_rows.extend(got);
+        for (sub, suffix) in child_configs(cfg, *f, setup) {
+            eprintln!(
+                "== {label}{}",
+                if suffix.is_empty() {
+                    ""
+                } else {
+                    " (insert benchmark)"
+                }
+            );
+            let got = run_child(&sub, *f, setup, suffix, &label, s, exe)?;
+            if is_limit {
+                limit_rows.extend(got);
+            } else {
+                engine_rows.extend(got);
+            }
         }
     }
     if s.own_db_root && !cfg.keep {
@@ -884,11 +972,14 @@ fn run_child(
     cfg: &Config,
     f: &dyn EngineFactory,
     setup: &str,
+    suffix: &str,
     label: &str,
     s: &mut RunSetup,
     exe: &Path,
 ) -> std::result::Result<Vec<Row>, String> {
-    let results = s.raw.join(format!("{}.rows", dir_name(f.name(), setup)));
+    let results = s
+        .raw
+        .join(format!("{}{suffix}.rows", dir_name(f.name(), setup)));
     let _ = fs::remove_file(&results);
     let group = match (&mut s.limiter, cfg.mem_limit) {
         (Some(l), Some(bytes)) => l.child_group(bytes)?,
@@ -912,7 +1003,7 @@ fn run_child(
     drop(group);
     if !cfg.keep {
         // A child killed (by the memory limit, say) leaves its directory behind.
-        let _ = fs::remove_dir_all(s.db_root.join(dir_name(f.name(), setup)));
+        let _ = fs::remove_dir_all(s.db_root.join(dir_name(f.name(), setup) + suffix));
     }
     let status_text = match &status {
         Ok(s) => s.to_string(),
@@ -971,6 +1062,10 @@ fn print_tables(cfg: &Config, s: &RunSetup, rows: &[Row], order: &[&str]) {
     for step in table::step_names(rows, order) {
         println!("{}", table::amp_table(rows, &step));
     }
+    let tenths = table::tenths_table(rows);
+    if !tenths.is_empty() {
+        println!("{tenths}");
+    }
     println!(
         "r/o: read_bytes of /proc/self/io / 4 KiB per op; mf/o: major faults per op; wKB/o: KiB written per op ({}); cs/o: context switches per op; cpu/o: user+sys CPU us per op; rss: peak resident MB during the step; s-amp: allocated file bytes / (docs x (key+value)); db.mb: allocated/apparent MB.",
         s.wkb_device(cfg).map_or("/proc/self/io write_bytes".to_string(), |d| format!("device {} sectors", d.name))
@@ -995,6 +1090,12 @@ fn run_config<'a>(
         load_batch: cfg.batch,
         steps: cfg.steps.iter().map(|s| s.name()).collect(),
         larch_setups: &cfg.larch_setups,
+        ib_rows: cfg.ib_rows,
+        ib_inserts: cfg.ib_inserts,
+        ib_row_size: cfg.ib_row_size,
+        ib_batch: cfg.ib_batch,
+        ib_threads: &cfg.ib_threads,
+        ib_durability: cfg.ib_durability.name(),
         seed: s.seed.to_string(),
         dir: s.db_root.display().to_string(),
         out: s.out.display().to_string(),
@@ -1011,6 +1112,11 @@ fn run_config<'a>(
             ("owa", "random existing keys overwritten, one key per commit, async; a sync after the step (untimed) before the counters close".into()),
             ("pqw/rqw", "readers plus one writer thread limited to 1000 async single-key commits/s; ops counts reads; a sync after the step (untimed)".into()),
             ("pq/rq", "point reads of one random existing key / range reads of 20 entries from one, each its own read transaction".into()),
+            ("ib", format!("insert benchmark, in a child process of its own per engine/setup: a table of ib_rows rows (8-byte big-endian auto-increment id -> {} B row: 3 indexed 8-byte fields, each a hash of the id below {:?}, then random padding) and 3 secondary indexes (key = field value + id, value empty); commits {}", cfg.ib_row_size, crate::ib::CARDINALITY, cfg.ib_durability.name())),
+            ("ib.l.i0", "ib_rows rows in id order, ib_batch per commit, no index, then one sync counted in the time; ops = rows/s".into()),
+            ("ib.l.x", format!("the engine builds the 3 indexes from the rows (SQLite CREATE INDEX; key-value engines read the rows and insert the entries, {} rows per commit), then one sync counted; ops = rows/s", crate::ib::BUILD_CHUNK)),
+            ("ib.l.i1", "ib_inserts more rows, ib_batch per commit, each commit inserting the rows with their 3 index entries and deleting as many of the oldest rows with theirs (the table stays at ib_rows); .tN: N writer threads taking ids from one counter; ops = rows/s; tenths = rows/s of each tenth of the rows".into()),
+            ("ib.qr100/ib.qp100", format!("one query thread: {} entries of a random index from a random field value then a point read of each row they name, in one read transaction / one row by a random live id; beside one writer inserting {} rows/s (one per commit, indexed, the oldest deleted); ops = queries/s", crate::ib::QUERY_LEN, crate::ib::QUERY_WRITER_ROWS_PER_SEC)),
             ("latency", "hdrhistogram of each operation's time (one clock read per operation)".into()),
             ("rss", "VmHWM after resetting it (clear_refs 5) at the step's start: includes mapped file pages".into()),
         ]),
@@ -1033,6 +1139,7 @@ fn write_results(
     let json_path = s.out.join("results.json");
     let csv_path = s.out.join("results.csv");
     let svg_path = s.out.join("chart.svg");
+    let ib_path = s.out.join("ib-tenths.svg");
     fs::write(&json_path, report::results_json(&s.machine, config, rows))
         .map_err(|e| format!("{}: {e}", json_path.display()))?;
     fs::write(&csv_path, report::results_csv(rows))
@@ -1051,11 +1158,32 @@ fn write_results(
     if let Err(e) = chart::write_chart(&svg_path, &title, rows, order) {
         eprintln!("warning: {e}");
     }
+    let ib_title = format!(
+        "ib.l.i1 rows/s per tenth: {} rows of {} B, {} inserted, 3 indexes, {}",
+        cfg.ib_rows,
+        cfg.ib_row_size,
+        cfg.ib_inserts,
+        if cfg.mem_limit.is_some() {
+            format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
+        } else {
+            "cached".into()
+        }
+    );
+    let ib_chart = match chart::write_tenths_chart(&ib_path, &ib_title, rows) {
+        Ok(wrote) => wrote,
+        Err(e) => {
+            eprintln!("warning: {e}");
+            false
+        }
+    };
     println!();
     println!("results: {}", s.out.display());
     println!("  {}", json_path.display());
     println!("  {}", csv_path.display());
     println!("  {}", svg_path.display());
+    if ib_chart {
+        println!("  {}", ib_path.display());
+    }
     println!(
         "elapsed: {:.1} s; load average at end: {}",
         started.elapsed().as_secs_f64(),

@@ -19,7 +19,21 @@ pub enum Kind {
     Rq,
     /// Overwrite random existing keys, one key per commit, async.
     Owa,
+    /// Insert benchmark: rows in id order, no secondary index (`ib.l.i0`).
+    IbLoad,
+    /// Insert benchmark: build the 3 secondary indexes from the rows (`ib.l.x`).
+    IbIndex,
+    /// Insert benchmark: insert rows maintaining the indexes, deleting the oldest as many
+    /// (`ib.l.i1`, once per `--ib-threads` concurrency).
+    IbInsert,
+    /// Insert benchmark: index range scans + row reads beside a 100 rows/s writer (`ib.qr100`).
+    IbQr,
+    /// Insert benchmark: primary-key point reads beside a 100 rows/s writer (`ib.qp100`).
+    IbQp,
 }
+
+/// The most writer threads `--ib-threads` may ask for (each count has its own step name).
+pub const MAX_IB_THREADS: usize = 8;
 
 /// A step: its kind and whether it runs on 1 or n threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,10 +42,13 @@ pub struct Step {
     pub kind: Kind,
     /// The .n variant (n threads) rather than .1.
     pub many: bool,
+    /// `ib.l.i1`'s writer threads (1..=[`MAX_IB_THREADS`]); 0 for every other step.
+    pub ib_threads: u8,
 }
 
-/// Every step, in the order they run.
-pub const ALL: [Step; 13] = [
+/// Every step, in the order they run: the ForestDB pattern, then the insert benchmark
+/// (`ib.l.i1` once per writer count; `--ib-threads` picks which run).
+pub const ALL: [Step; 13 + 4 + MAX_IB_THREADS] = [
     Step::new(Kind::Load, false),
     Step::new(Kind::Ows, false),
     Step::new(Kind::Ows, true),
@@ -45,7 +62,22 @@ pub const ALL: [Step; 13] = [
     Step::new(Kind::Rq, true),
     Step::new(Kind::Owa, false),
     Step::new(Kind::Owa, true),
+    Step::new(Kind::IbLoad, false),
+    Step::new(Kind::IbIndex, false),
+    Step::ib_insert(1),
+    Step::ib_insert(2),
+    Step::ib_insert(3),
+    Step::ib_insert(4),
+    Step::ib_insert(5),
+    Step::ib_insert(6),
+    Step::ib_insert(7),
+    Step::ib_insert(8),
+    Step::new(Kind::IbQr, false),
+    Step::new(Kind::IbQp, false),
 ];
+
+/// The steps of the ForestDB pattern (the default of `--steps` before the insert benchmark).
+pub const FORESTDB: usize = 13;
 
 /// Entries a range read returns.
 pub const RANGE_LEN: usize = 20;
@@ -53,16 +85,61 @@ pub const RANGE_LEN: usize = 20;
 impl Step {
     /// A step.
     pub const fn new(kind: Kind, many: bool) -> Step {
-        Step { kind, many }
+        Step {
+            kind,
+            many,
+            ib_threads: 0,
+        }
     }
 
-    /// `load`, `ows.1`, `ows.n`, ...
+    /// `ib.l.i1` with `n` writer threads.
+    pub const fn ib_insert(n: u8) -> Step {
+        Step {
+            kind: Kind::IbInsert,
+            many: n > 1,
+            ib_threads: n,
+        }
+    }
+
+    /// `load`, `ows.1`, `ows.n`, ..., `ib.l.i0`, `ib.l.x`, `ib.l.i1` (1 writer),
+    /// `ib.l.i1.t2` (2 writers), ..., `ib.qr100`, `ib.qp100`.
     pub fn name(self) -> &'static str {
         let names = [
-            "load", "ows.1", "ows.n", "pqw.1", "pqw.n", "rqw.1", "rqw.n", "pq.1", "pq.n", "rq.1",
-            "rq.n", "owa.1", "owa.n",
+            "load",
+            "ows.1",
+            "ows.n",
+            "pqw.1",
+            "pqw.n",
+            "rqw.1",
+            "rqw.n",
+            "pq.1",
+            "pq.n",
+            "rq.1",
+            "rq.n",
+            "owa.1",
+            "owa.n",
+            "ib.l.i0",
+            "ib.l.x",
+            "ib.l.i1",
+            "ib.l.i1.t2",
+            "ib.l.i1.t3",
+            "ib.l.i1.t4",
+            "ib.l.i1.t5",
+            "ib.l.i1.t6",
+            "ib.l.i1.t7",
+            "ib.l.i1.t8",
+            "ib.qr100",
+            "ib.qp100",
         ];
         names[self.index()]
+    }
+
+    /// Whether the step is one of the insert benchmark's (its own tables, its own child).
+    pub fn is_ib(self) -> bool {
+        matches!(
+            self.kind,
+            Kind::IbLoad | Kind::IbIndex | Kind::IbInsert | Kind::IbQr | Kind::IbQp
+        )
     }
 
     /// Position in [`ALL`] (also the step's part of every thread seed).
@@ -77,7 +154,9 @@ impl Step {
 
     /// Threads of the main activity (readers or writers), given the n of `--threads`.
     pub fn threads(self, n: usize) -> usize {
-        if self.kind == Kind::Load || !self.many {
+        if self.kind == Kind::IbInsert {
+            usize::from(self.ib_threads)
+        } else if self.kind == Kind::Load || !self.many {
             1
         } else {
             n
@@ -90,6 +169,8 @@ impl Step {
             Kind::Ows => Some(Durability::Sync),
             Kind::Load | Kind::Pqw | Kind::Rqw | Kind::Owa => Some(Durability::Async),
             Kind::Pq | Kind::Rq => None,
+            // `--ib-durability` (async by default) decides; the runner sets it.
+            Kind::IbLoad | Kind::IbIndex | Kind::IbInsert | Kind::IbQr | Kind::IbQp => None,
         }
     }
 
@@ -109,14 +190,45 @@ impl Step {
     }
 }
 
-/// Parse a comma-separated list of step names, kept in the run order of [`ALL`].
+/// The step names `--steps` accepts: every step, `ib.l.i1` standing for the `ib.l.i1*`
+/// of every `--ib-threads` count.
+pub fn listed_names() -> Vec<&'static str> {
+    ALL.iter()
+        .filter(|s| s.kind != Kind::IbInsert || s.ib_threads == 1)
+        .map(|s| s.name())
+        .collect()
+}
+
+/// The default `--steps`: every step (`ib.l.i1` at each `ib_threads` count).
+pub fn default_list(ib_threads: &[usize]) -> Vec<Step> {
+    with_ib_threads(
+        listed_names().iter().filter_map(|n| Step::from_name(n)),
+        ib_threads,
+    )
+}
+
+/// `steps` with `ib.l.i1` replaced by one step per writer count, in run order.
+pub fn with_ib_threads(steps: impl IntoIterator<Item = Step>, ib_threads: &[usize]) -> Vec<Step> {
+    let mut want: Vec<Step> = Vec::new();
+    for s in steps {
+        if s.kind == Kind::IbInsert {
+            want.extend(ib_threads.iter().map(|&n| Step::ib_insert(n as u8)));
+        } else {
+            want.push(s);
+        }
+    }
+    ALL.into_iter().filter(|s| want.contains(s)).collect()
+}
+
+/// Parse a comma-separated list of step names, kept in the run order of [`ALL`] (`ib.l.i1`
+/// stands for the one-writer step; [`with_ib_threads`] widens it).
 pub fn parse_list(s: &str) -> Result<Vec<Step>, String> {
     let mut want = Vec::new();
     for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let step = Step::from_name(name).ok_or_else(|| {
             format!(
                 "unknown step {name:?}; steps are {}",
-                ALL.map(|s| s.name()).join(",")
+                listed_names().join(",")
             )
         })?;
         want.push(step);
@@ -135,8 +247,12 @@ mod tests {
     fn names_round_trip_in_order() {
         let names: Vec<&str> = ALL.iter().map(|s| s.name()).collect();
         assert_eq!(
-            names.join(","),
+            names[..FORESTDB].join(","),
             "load,ows.1,ows.n,pqw.1,pqw.n,rqw.1,rqw.n,pq.1,pq.n,rq.1,rq.n,owa.1,owa.n"
+        );
+        assert_eq!(
+            listed_names()[FORESTDB..].join(","),
+            "ib.l.i0,ib.l.x,ib.l.i1,ib.qr100,ib.qp100"
         );
         for (i, s) in ALL.iter().enumerate() {
             assert_eq!(Step::from_name(s.name()), Some(*s));
@@ -165,5 +281,19 @@ mod tests {
         assert_eq!(s("load").threads(4), 1);
         assert!(s("rqw.n").limited_writer() && s("rqw.n").ranges() && s("rqw.n").reads());
         assert!(!s("owa.1").reads());
+        assert!(s("ib.l.i1.t4").is_ib() && !s("owa.1").is_ib());
+        assert_eq!(s("ib.l.i1.t4").threads(2), 4);
+        assert_eq!(s("ib.l.i1").threads(2), 1);
+    }
+
+    #[test]
+    fn ib_threads_widen_the_insert_step() {
+        let steps = with_ib_threads(parse_list("ib.qp100,ib.l.i1").unwrap(), &[1, 2, 4]);
+        let names: Vec<&str> = steps.iter().map(|s| s.name()).collect();
+        assert_eq!(
+            names,
+            vec!["ib.l.i1", "ib.l.i1.t2", "ib.l.i1.t4", "ib.qp100"]
+        );
+        assert_eq!(default_list(&[2]).len(), FORESTDB + 5);
     }
 }

@@ -183,6 +183,26 @@ pub fn amp_table(rows: &[Row], step: &str) -> String {
     render(&header, &body)
 }
 
+/// The insert rate of each tenth of every `ib.l.i1*` step: one row per engine/setup and step,
+/// rows/s per tenth (empty when there is none).
+pub fn tenths_table(rows: &[Row]) -> String {
+    let mut header = vec!["ib.l.i1 rows/s per tenth".to_string(), "step".to_string()];
+    header.extend((1..=10).map(|k| format!("{k}/10")));
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .filter_map(|r| r.tenths.as_ref().map(|t| (r, t)))
+        .map(|(r, t)| {
+            let mut line = vec![r.label(), r.step.clone()];
+            line.extend(t.iter().map(|x| sig3(*x)));
+            line
+        })
+        .collect();
+    if body.is_empty() {
+        return String::new();
+    }
+    render(&header, &body)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,5 +262,14 @@ mod tests {
         assert!(amp.lines().next().unwrap().starts_with("load"));
         assert!(amp.contains("failed"));
         assert_eq!(amp.lines().count(), 3);
+        assert_eq!(tenths_table(&rows), "");
+        let mut t = rows[0].clone();
+        t.step = "ib.l.i1".into();
+        t.tenths = Some(vec![2000.0; 10]);
+        let tt = tenths_table(&[t]);
+        assert!(
+            tt.contains("ib.l.i1") && tt.contains("2.00k") && tt.contains("10/10"),
+            "{tt}"
+        );
     }
 }

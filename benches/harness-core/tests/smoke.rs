@@ -31,13 +31,15 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
     assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
 
     // The table: engines as columns, steps as rows, then the per-step tables.
+    let header = stdout.lines().find(|l| l.starts_with("ops/s")).unwrap();
     assert!(
-        stdout.contains("ops/s  larch first-fit/pwrite  larch null/mmap"),
+        header.contains("  larch first-fit/pwrite  larch null/mmap  limit fdatasync-4k"),
         "{stdout}"
     );
     assert!(stdout.contains("limit fdatasync-4k"), "{stdout}");
     for step in [
-        "load", "ows.1", "ows.n", "pqw.n", "rqw.1", "pq.n", "rq.1", "owa.n",
+        "load", "ows.1", "ows.n", "pqw.n", "rqw.1", "pq.n", "rq.1", "owa.n", "ib.l.i0", "ib.l.x",
+        "ib.l.i1", "ib.qr100", "ib.qp100",
     ] {
         assert!(
             stdout.lines().any(|l| l.starts_with(step)),
@@ -59,14 +61,14 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
     }
     assert!(json.contains("\"seed\": \"7\""));
 
-    // results.csv: 2 setups x 13 steps, fdatasync before and after (ows.1) and the BTreeMap
-    // (4 read steps).
+    // results.csv: 2 setups x (13 + 5 insert benchmark) steps, fdatasync before and after
+    // (ows.1) and the BTreeMap (4 read steps).
     let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 2 * 13 + 2 + 4, "{csv}");
+    assert_eq!(rows.len(), 2 * (13 + 5) + 2 + 4, "{csv}");
     for r in &rows {
         assert_eq!(r[col("error")], "", "a step failed: {r:?}");
         let ops: f64 = r[col("ops")].parse().unwrap();
@@ -88,6 +90,26 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
         !pqw[col("writer_ops")].is_empty(),
         "the limited writer ran: {pqw:?}"
     );
+
+    // The insert benchmark: 3,000 rows (the --docs), each tenth of ib.l.i1 has a rate, and
+    // the table after the step keeps 3,000 rows' worth.
+    let ib = |step: &str| {
+        rows.iter()
+            .find(|r| r[col("engine")] == "larch" && r[col("step")] == step)
+            .unwrap()
+    };
+    assert_eq!(ib("ib.l.i0")[col("ops_total")], "3000");
+    assert_eq!(ib("ib.l.x")[col("ops_total")], "3000");
+    assert_eq!(ib("ib.l.i1")[col("ops_total")], "3000");
+    let tenths: Vec<f64> = ib("ib.l.i1")[col("tenths")]
+        .split(';')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(tenths.len(), 10);
+    assert!(tenths.iter().all(|x| *x > 0.0), "{tenths:?}");
+    assert!(!ib("ib.qr100")[col("writer_ops")].is_empty());
+    assert!(stdout.contains("ib.l.i1 rows/s per tenth"), "{stdout}");
+    assert!(out.path().join("ib-tenths.svg").is_file());
 
     let svg = std::fs::read_to_string(out.path().join("chart.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("owa.n"));

@@ -3,10 +3,14 @@
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use larch_bench_core::engine::Result;
-use larch_bench_core::{Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
+use larch_bench_core::ib::{self, TABLES};
+use larch_bench_core::{
+    Durability, Engine, EngineConfig, EngineFactory, IbReader, IbRow, IbWriter, Reader, Writer,
+};
 
 /// Block cache when the run is cached: 1 GiB (redb's default cache, for parity).
 const CACHE: u64 = 1 << 30;
@@ -30,6 +34,10 @@ pub struct FjallFactory;
 impl EngineFactory for FjallFactory {
     fn name(&self) -> &'static str {
         "fjall"
+    }
+
+    fn supports_ib(&self) -> bool {
+        true
     }
 
     fn describe(&self, _setup: &str, cfg: &EngineConfig) -> Vec<(String, String)> {
@@ -66,6 +74,7 @@ impl EngineFactory for FjallFactory {
             v("sync_all", "Database::persist(PersistMode::SyncData)".into()),
             v("reads", "Keyspace::get / Keyspace::range(start..).take(20) (each reads the newest state; no explicit snapshot)".into()),
             v("writes", "one WriteBatch per batch; concurrent batches serialize on the journal".into()),
+            v("insert_benchmark", format!("keyspaces rows, ix1, ix2, ix3, each with a memtable of {} MiB (a quarter of the one keyspace's above); a commit is one WriteBatch of the rows, their index entries, and the removal of the oldest rows and their entries; the oldest rows are read with Keyspace::range from the smallest id not yet deleted, which the adapter remembers (as an iibench client does: an LSM scan from the start of the key space would step over every tombstone not yet compacted away), under a mutex held through the commit (fjall's plain Database has no transactions, so two writers must not pick the same oldest rows); ib.l.x reads 1,000 rows at a time and writes their entries in one batch; queries read through Database::snapshot (range on an index then get of each row)", (memtable_bytes(cfg) / 4).max(1 << 20) >> 20)),
         ]
     }
 
@@ -77,9 +86,19 @@ impl EngineFactory for FjallFactory {
         let ks = db.keyspace("bench", || {
             KeyspaceCreateOptions::default().max_memtable_size(memtable)
         })?;
+        let ib_memtable = (memtable / 4).max(1 << 20);
+        let mut ib = Vec::new();
+        for name in TABLES {
+            ib.push(db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(ib_memtable)
+            })?);
+        }
+        let ib: [Keyspace; 4] = ib.try_into().map_err(|_| "four ib keyspaces")?;
         Ok(Box::new(Fjall {
             db,
             ks,
+            ib,
+            oldest: Mutex::new(1),
             sync: AtomicBool::new(true),
         }))
     }
@@ -88,6 +107,10 @@ impl EngineFactory for FjallFactory {
 struct Fjall {
     db: Database,
     ks: Keyspace,
+    /// The insert benchmark's rows, ix1, ix2, ix3.
+    ib: [Keyspace; 4],
+    /// The smallest id not yet deleted; held through an insert benchmark commit.
+    oldest: Mutex<u64>,
     sync: AtomicBool,
 }
 
@@ -112,6 +135,108 @@ impl Engine for Fjall {
     fn close(self: Box<Self>) -> Result<()> {
         self.db.persist(PersistMode::SyncData)?;
         Ok(())
+    }
+
+    fn ib_writer(&self) -> Result<Box<dyn IbWriter + '_>> {
+        Ok(Box::new(FjallWriter { e: self }))
+    }
+
+    fn ib_reader(&self) -> Result<Box<dyn IbReader + '_>> {
+        Ok(Box::new(FjallReader { e: self }))
+    }
+
+    fn ib_build_indexes(&self, chunk: usize, progress: &mut dyn FnMut(u64)) -> Result<u64> {
+        let mut done = 0u64;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let from = match &after {
+                Some(k) => Bound::Excluded(k.clone()),
+                None => Bound::Unbounded,
+            };
+            let mut rows = Vec::with_capacity(chunk);
+            for g in self.ib[0]
+                .range::<Vec<u8>, _>((from, Bound::Unbounded))
+                .take(chunk)
+            {
+                rows.push(g.into_inner()?);
+            }
+            let Some((last, _)) = rows.last() else {
+                return Ok(done);
+            };
+            after = Some(last.to_vec());
+            let mut b = self.db.batch();
+            for (k, v) in &rows {
+                let id = ib::id_of(k);
+                for j in 0..3 {
+                    b.insert(&self.ib[1 + j], ib::index_key(v, j, id), b"");
+                }
+            }
+            if self.sync.load(Ordering::Relaxed) {
+                b = b.durability(Some(PersistMode::SyncData));
+            }
+            b.commit()?;
+            done += rows.len() as u64;
+            progress(done);
+        }
+    }
+}
+
+impl IbWriter for FjallWriter<'_> {
+    fn insert(&mut self, rows: &[IbRow<'_>], indexed: bool, trim: usize) -> Result<usize> {
+        let e = self.e;
+        let mut b = e.db.batch();
+        for r in rows {
+            b.insert(&e.ib[0], ib::row_key(r.id), r.value);
+            if indexed {
+                for j in 0..3 {
+                    b.insert(&e.ib[1 + j], ib::index_key(r.value, j, r.id), b"");
+                }
+            }
+        }
+        if e.sync.load(Ordering::Relaxed) {
+            b = b.durability(Some(PersistMode::SyncData));
+        }
+        let mut oldest = e.oldest.lock().map_err(|_| "oldest mutex poisoned")?;
+        let mut deleted = 0;
+        if trim > 0 {
+            for g in e.ib[0].range(ib::row_key(*oldest)..).take(trim) {
+                let (k, v) = g.into_inner()?;
+                let id = ib::id_of(&k);
+                b.remove(&e.ib[0], k);
+                if indexed {
+                    for j in 0..3 {
+                        b.remove(&e.ib[1 + j], ib::index_key(&v, j, id));
+                    }
+                }
+                *oldest = id + 1;
+                deleted += 1;
+            }
+        }
+        b.commit()?;
+        Ok(deleted)
+    }
+}
+
+impl IbReader for FjallReader<'_> {
+    fn row(&mut self, id: u64) -> Result<bool> {
+        Ok(self.e.ib[0].get(ib::row_key(id))?.is_some())
+    }
+
+    fn index_range(&mut self, index: usize, from: u64, n: usize) -> Result<(usize, usize)> {
+        let snap = self.e.db.snapshot();
+        let (mut entries, mut found) = (0, 0);
+        for g in snap
+            .range(&self.e.ib[1 + index], ib::index_start(from)..)
+            .take(n)
+        {
+            let k = g.key()?;
+            entries += 1;
+            if let Some(v) = snap.get(&self.e.ib[0], ib::row_key(ib::id_of(&k)))? {
+                std::hint::black_box(v);
+                found += 1;
+            }
+        }
+        Ok((entries, found))
     }
 }
 

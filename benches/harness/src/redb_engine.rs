@@ -4,10 +4,20 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use larch_bench_core::engine::Result;
-use larch_bench_core::{Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
-use redb::{Database, ReadableDatabase, TableDefinition};
+use larch_bench_core::ib;
+use larch_bench_core::{
+    Durability, Engine, EngineConfig, EngineFactory, IbReader, IbRow, IbWriter, Reader, Writer,
+};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bench");
+/// The insert benchmark's tables: rows, ix1, ix2, ix3 (names as `ib::TABLES`).
+const IB: [TableDefinition<&[u8], &[u8]>; 4] = [
+    TableDefinition::new("rows"),
+    TableDefinition::new("ix1"),
+    TableDefinition::new("ix2"),
+    TableDefinition::new("ix3"),
+];
 /// redb's own default cache: 1 GiB.
 const CACHE: u64 = 1 << 30;
 
@@ -18,6 +28,10 @@ pub struct RedbFactory;
 impl EngineFactory for RedbFactory {
     fn name(&self) -> &'static str {
         "redb"
+    }
+
+    fn supports_ib(&self) -> bool {
+        true
     }
 
     fn describe(&self, _setup: &str, cfg: &EngineConfig) -> Vec<(String, String)> {
@@ -42,6 +56,7 @@ impl EngineFactory for RedbFactory {
             v("reads", "one read transaction (begin_read + open_table) per get or scan".into()),
             v("writes", "one write transaction per batch (begin_write waits for the writer)".into()),
             v("table", "TableDefinition<&[u8], &[u8]> \"bench\"".into()),
+            v("insert_benchmark", "tables rows, ix1, ix2, ix3 (&[u8] -> &[u8]) opened side by side in one write transaction per commit; the oldest row is Table::pop_first on rows plus a remove of each index entry; ib.l.x reads 1,000 rows a transaction with range and inserts their entries; a range query is range on an index then get of each row in one read transaction".into()),
         ]
     }
 
@@ -53,6 +68,9 @@ impl EngineFactory for RedbFactory {
         if !exists {
             let w = db.begin_write()?;
             w.open_table(TABLE)?;
+            for t in IB {
+                w.open_table(t)?;
+            }
             w.commit()?;
         }
         Ok(Box::new(Redb {
@@ -100,6 +118,129 @@ impl Engine for Redb {
 
     fn close(self: Box<Self>) -> Result<()> {
         self.sync()
+    }
+
+    fn ib_writer(&self) -> Result<Box<dyn IbWriter + '_>> {
+        Ok(Box::new(RedbWriter { e: self }))
+    }
+
+    fn ib_reader(&self) -> Result<Box<dyn IbReader + '_>> {
+        Ok(Box::new(RedbReader { e: self }))
+    }
+
+    fn ib_build_indexes(&self, chunk: usize, progress: &mut dyn FnMut(u64)) -> Result<u64> {
+        let mut done = 0u64;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let mut w = self.db.begin_write()?;
+            w.set_durability(self.durability())?;
+            let batch: Vec<(Vec<u8>, Vec<u8>)> = {
+                let rows = w.open_table(IB[0])?;
+                let mut v = Vec::with_capacity(chunk);
+                let it = match &after {
+                    Some(k) => rows.range::<&[u8]>((
+                        std::ops::Bound::Excluded(k.as_slice()),
+                        std::ops::Bound::Unbounded,
+                    ))?,
+                    None => rows.range::<&[u8]>(..)?,
+                };
+                for e in it.take(chunk) {
+                    let (k, val) = e?;
+                    v.push((k.value().to_vec(), val.value().to_vec()));
+                }
+                v
+            };
+            if batch.is_empty() {
+                return Ok(done);
+            }
+            {
+                let mut ix = [
+                    w.open_table(IB[1])?,
+                    w.open_table(IB[2])?,
+                    w.open_table(IB[3])?,
+                ];
+                for (k, v) in &batch {
+                    let id = ib::id_of(k);
+                    for (j, t) in ix.iter_mut().enumerate() {
+                        t.insert(&ib::index_key(v, j, id)[..], &b""[..])?;
+                    }
+                }
+            }
+            w.commit()?;
+            done += batch.len() as u64;
+            after = batch.last().map(|(k, _)| k.clone());
+            progress(done);
+        }
+    }
+}
+
+impl IbWriter for RedbWriter<'_> {
+    fn insert(&mut self, new: &[IbRow<'_>], indexed: bool, trim: usize) -> Result<usize> {
+        let mut w = self.e.db.begin_write()?;
+        w.set_durability(self.e.durability())?;
+        let mut deleted = 0;
+        {
+            let mut rows = w.open_table(IB[0])?;
+            let mut ix = if indexed {
+                Some([
+                    w.open_table(IB[1])?,
+                    w.open_table(IB[2])?,
+                    w.open_table(IB[3])?,
+                ])
+            } else {
+                None
+            };
+            for r in new {
+                rows.insert(&ib::row_key(r.id)[..], r.value)?;
+                if let Some(ix) = &mut ix {
+                    for (j, t) in ix.iter_mut().enumerate() {
+                        t.insert(&ib::index_key(r.value, j, r.id)[..], &b""[..])?;
+                    }
+                }
+            }
+            while deleted < trim {
+                let Some((k, v)) = rows
+                    .pop_first()?
+                    .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+                else {
+                    break;
+                };
+                if let Some(ix) = &mut ix {
+                    let id = ib::id_of(&k);
+                    for (j, t) in ix.iter_mut().enumerate() {
+                        t.remove(&ib::index_key(&v, j, id)[..])?;
+                    }
+                }
+                deleted += 1;
+            }
+        }
+        w.commit()?;
+        Ok(deleted)
+    }
+}
+
+impl IbReader for RedbReader<'_> {
+    fn row(&mut self, id: u64) -> Result<bool> {
+        let r = self.e.db.begin_read()?;
+        let t = r.open_table(IB[0])?;
+        Ok(t.get(&ib::row_key(id)[..])?.is_some())
+    }
+
+    fn index_range(&mut self, index: usize, from: u64, n: usize) -> Result<(usize, usize)> {
+        let r = self.e.db.begin_read()?;
+        let ix = r.open_table(IB[1 + index])?;
+        let rows = r.open_table(IB[0])?;
+        let start = ib::index_start(from);
+        let (mut entries, mut found) = (0, 0);
+        for e in ix.range(&start[..]..)?.take(n) {
+            let (k, _) = e?;
+            entries += 1;
+            if let Some(v) = rows.get(&ib::row_key(ib::id_of(k.value()))[..])? {
+                std::hint::black_box(v.value());
+                found += 1;
+            }
+        }
+        Ok((entries, found))
     }
 }
 

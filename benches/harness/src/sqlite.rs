@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use larch_bench_core::engine::Result;
-use larch_bench_core::{Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
+use larch_bench_core::ib;
+use larch_bench_core::{
+    Durability, Engine, EngineConfig, EngineFactory, IbReader, IbRow, IbWriter, Reader, Writer,
+};
 use rusqlite::{params, Connection, OpenFlags};
 
 const FILE: &str = "bench.sqlite";
@@ -19,6 +22,24 @@ const UPSERT: &str =
     "INSERT INTO kv (k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v";
 const GET: &str = "SELECT v FROM kv WHERE k = ?1";
 const SCAN: &str = "SELECT k, v FROM kv WHERE k >= ?1 ORDER BY k LIMIT ?2";
+
+/// The insert benchmark's table (its rowid is the id; the indexes are made by ib.l.x).
+const IB_TABLE: &str = "CREATE TABLE IF NOT EXISTS rows (id INTEGER PRIMARY KEY, f1 INTEGER NOT NULL, f2 INTEGER NOT NULL, f3 INTEGER NOT NULL, pad BLOB NOT NULL)";
+/// ib.l.x: three real secondary indexes; an index of SQLite holds the rowid after the
+/// column, so each key is field value + id.
+const IB_INDEXES: [&str; 3] = [
+    "CREATE INDEX ix1 ON rows (f1)",
+    "CREATE INDEX ix2 ON rows (f2)",
+    "CREATE INDEX ix3 ON rows (f3)",
+];
+const IB_INSERT: &str = "INSERT INTO rows (id, f1, f2, f3, pad) VALUES (?1, ?2, ?3, ?4, ?5)";
+const IB_TRIM: &str = "DELETE FROM rows WHERE id IN (SELECT id FROM rows ORDER BY id LIMIT ?1)";
+const IB_GET: &str = "SELECT pad FROM rows WHERE id = ?1";
+const IB_RANGE: [&str; 3] = [
+    "SELECT id, pad FROM rows INDEXED BY ix1 WHERE f1 >= ?1 ORDER BY f1, id LIMIT ?2",
+    "SELECT id, pad FROM rows INDEXED BY ix2 WHERE f2 >= ?1 ORDER BY f2, id LIMIT ?2",
+    "SELECT id, pad FROM rows INDEXED BY ix3 WHERE f3 >= ?1 ORDER BY f3, id LIMIT ?2",
+];
 
 /// Makes SQLite engines.
 #[derive(Clone, Copy, Debug, Default)]
@@ -51,6 +72,10 @@ impl EngineFactory for SqliteFactory {
         "sqlite"
     }
 
+    fn supports_ib(&self) -> bool {
+        true
+    }
+
     fn describe(&self, _setup: &str, cfg: &EngineConfig) -> Vec<(String, String)> {
         let v = |k: &str, v: String| (k.to_string(), v);
         vec![
@@ -72,6 +97,7 @@ impl EngineFactory for SqliteFactory {
             v("sync_all", "fdatasync of the -wal file and the database file".into()),
             v("writes", format!("one writer connection behind a mutex (SQLite allows one writer); BEGIN .. COMMIT per batch with a cached prepared statement: {UPSERT}")),
             v("reads", format!("a connection per reading thread, cached prepared statements, autocommit (one read transaction per statement): {GET} / {SCAN}")),
+            v("insert_benchmark", format!("{IB_TABLE}; ib.l.x: {} (one statement each, timed together); a commit: BEGIN, {IB_INSERT} per row (SQLite maintains the indexes), {IB_TRIM}, COMMIT; sync = synchronous FULL, async = synchronous NORMAL (WAL: no fdatasync at commit, only at checkpoints); queries: {} / {IB_GET}", IB_INDEXES.join("; "), IB_RANGE[0])),
         ]
     }
 
@@ -87,6 +113,7 @@ impl EngineFactory for SqliteFactory {
         c.execute_batch(
             "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID",
         )?;
+        c.execute_batch(IB_TABLE)?;
         Ok(Box::new(Sqlite {
             path,
             cfg: cfg.clone(),
@@ -117,12 +144,7 @@ impl Engine for Sqlite {
     }
 
     fn reader(&self) -> Result<Box<dyn Reader + '_>> {
-        let c = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        configure(&c, reader_cache_kib(&self.cfg))?;
-        Ok(Box::new(SqliteReader { c }))
+        Ok(Box::new(self.connect_reader()?))
     }
 
     fn sync(&self) -> Result<()> {
@@ -144,6 +166,91 @@ impl Engine for Sqlite {
             .map_err(|_| "writer mutex poisoned")?;
         c.close().map_err(|(_, e)| e)?;
         Ok(())
+    }
+
+    fn ib_set_durability(&self, d: Durability) -> Result<()> {
+        let sync = d == Durability::Sync;
+        let c = self.writer.lock().map_err(|_| "writer mutex poisoned")?;
+        c.pragma_update(None, "synchronous", if sync { "FULL" } else { "NORMAL" })?;
+        self.sync.store(sync, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn ib_writer(&self) -> Result<Box<dyn IbWriter + '_>> {
+        Ok(Box::new(SqliteWriter { e: self }))
+    }
+
+    fn ib_reader(&self) -> Result<Box<dyn IbReader + '_>> {
+        Ok(Box::new(self.connect_reader()?))
+    }
+
+    fn ib_build_indexes(&self, _chunk: usize, progress: &mut dyn FnMut(u64)) -> Result<u64> {
+        let c = self.writer.lock().map_err(|_| "writer mutex poisoned")?;
+        let rows: i64 = c.query_row("SELECT count(*) FROM rows", [], |r| r.get(0))?;
+        for (j, sql) in IB_INDEXES.iter().enumerate() {
+            c.execute_batch(sql)?;
+            progress(rows as u64 * (j as u64 + 1) / 3);
+        }
+        Ok(rows as u64)
+    }
+}
+
+impl Sqlite {
+    fn connect_reader(&self) -> Result<SqliteReader> {
+        let c = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        configure(&c, reader_cache_kib(&self.cfg))?;
+        Ok(SqliteReader { c })
+    }
+}
+
+impl IbWriter for SqliteWriter<'_> {
+    fn insert(&mut self, rows: &[IbRow<'_>], _indexed: bool, trim: usize) -> Result<usize> {
+        let mut c = self.e.writer.lock().map_err(|_| "writer mutex poisoned")?;
+        let tx = c.transaction()?;
+        let deleted;
+        {
+            let mut st = tx.prepare_cached(IB_INSERT)?;
+            for r in rows {
+                let f = |k| ib::field_of(r.value, k) as i64;
+                st.execute(params![
+                    r.id as i64,
+                    f(0),
+                    f(1),
+                    f(2),
+                    &r.value[ib::FIELDS_BYTES..]
+                ])?;
+            }
+            deleted = if trim > 0 {
+                tx.prepare_cached(IB_TRIM)?.execute([trim as i64])?
+            } else {
+                0
+            };
+        }
+        tx.commit()?;
+        Ok(deleted)
+    }
+}
+
+impl IbReader for SqliteReader {
+    fn row(&mut self, id: u64) -> Result<bool> {
+        let mut st = self.c.prepare_cached(IB_GET)?;
+        let mut rows = st.query([id as i64])?;
+        Ok(rows.next()?.is_some())
+    }
+
+    fn index_range(&mut self, index: usize, from: u64, n: usize) -> Result<(usize, usize)> {
+        // One statement: the index's entries from `from`, each row fetched by its rowid.
+        let mut st = self.c.prepare_cached(IB_RANGE[index])?;
+        let mut rows = st.query(params![from as i64, n as i64])?;
+        let mut got = 0;
+        while let Some(row) = rows.next()? {
+            std::hint::black_box(row.get_ref(1)?.as_blob()?.len());
+            got += 1;
+        }
+        Ok((got, got))
     }
 }
 
