@@ -118,6 +118,14 @@ pub enum Error {
     InvalidSavepoint,
     /// A `WriteCursor` change with no entry under the cursor.
     NoCurrentEntry,
+    /// `WriteTree::append` of a key that is not greater than the tree's last key: appends
+    /// must come in strictly ascending order. Nothing was changed.
+    KeyNotGreater {
+        /// The key that was refused.
+        key: Vec<u8>,
+        /// The tree's last key (which may have been written earlier in the transaction).
+        last: Vec<u8>,
+    },
 }
 
 /// One thing wrong with the file, as `check` reports it ([`crate::CheckReport::problems`],
@@ -276,6 +284,12 @@ impl fmt::Display for Error {
                 "the savepoint belongs to another transaction or was discarded by a rollback to an earlier one"
             ),
             Error::NoCurrentEntry => write!(f, "the cursor does not stand on an entry"),
+            Error::KeyNotGreater { key, last } => write!(
+                f,
+                "append of key \"{}\" refused: it is not greater than the tree's last key \"{}\"",
+                key.escape_ascii(),
+                last.escape_ascii()
+            ),
         }
     }
 }
