@@ -66,6 +66,8 @@ impl Txn {
         let sep = separator(self.nodes[leaf].last_key(), key);
         let page = self.alloc(1);
         let mut n = Node::empty(page, true, role);
+        // It will fill up: grow its arena once, not entry by entry.
+        n.reserve(self.limits.page_size, 1 + cap / (key.len() + 16));
         n.push(key, val);
         self.nodes.push(n);
         let mut child = self.nodes.len() - 1;

@@ -274,6 +274,12 @@ impl Node {
         self.size += self.entry_size(i);
     }
 
+    /// Make room for `bytes` more bytes of keys and values and `entries` more entries.
+    pub fn reserve(&mut self, bytes: usize, entries: usize) {
+        self.bytes.reserve(bytes);
+        self.ents.reserve(entries);
+    }
+
     /// Room for one more entry of `size` bytes within `capacity`? An empty node always
     /// has room. The fill rule of nodes built in key order (compaction's copy, `append`):
     /// each node takes entries until the next would not fit, then the next node starts.

@@ -216,6 +216,20 @@ impl<'tx> WriteTree<'tx> {
                 });
             }
         }
+        // The common case needs nothing of the transaction: an inline entry that fits the
+        // last leaf, which is already dirty and in this handle's arena.
+        if let Some(&leaf) = self.tail.last() {
+            let cap = self.limits.capacity;
+            if key.len() <= self.limits.max_key && self.limits.inline(key.len(), value.len()) {
+                let val = Val::Inline(value);
+                let n = &mut self.state.nodes[leaf];
+                if n.has_room(Node::leaf_entry_size(key, &val), cap) {
+                    n.push(key, val);
+                    self.state.entries = self.state.entries.saturating_add(1);
+                    return Ok(());
+                }
+            }
+        }
         let mut tail = std::mem::take(&mut self.tail);
         let r = self.edit_keeping_tail(|txn, t| txn.append(t, &mut tail, key, value));
         if r.is_ok() {
