@@ -3,11 +3,15 @@
 //! transaction (Async commit, so no fsync is timed) three ways: `WriteTree::append` in key
 //! order, `insert` in key order, and `insert` in a random order. Before the timings, each
 //! way's file size and leaf fill (file bytes / logical key+value bytes) is printed once.
+//!
+//! For instruction counts, `LARCH_BULK_LOAD_ONCE=append|insert_sorted|insert_random` makes the
+//! binary load once that way and exit, without criterion (docs/performance.md):
+//! `LARCH_BULK_LOAD_ONCE=append valgrind --tool=callgrind target/release/deps/bulk_load-*`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use larch_engine::{Db, Durability, Options};
 
 const N: u64 = 1_000_000;
@@ -71,9 +75,11 @@ fn load(path: &Path, way: Way, order: &[u64]) -> Duration {
     took
 }
 
+const WAYS: [Way; 3] = [Way::Append, Way::InsertSorted, Way::InsertRandom];
+
 fn bulk_load(c: &mut Criterion) {
     let order = shuffled();
-    let ways = [Way::Append, Way::InsertSorted, Way::InsertRandom];
+    let ways = WAYS;
     let logical = N * (16 + VALUE.len() as u64);
     for way in ways {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -105,6 +111,30 @@ fn bulk_load(c: &mut Criterion) {
     g.finish();
 }
 
+/// `LARCH_BULK_LOAD_ONCE`: one load, no criterion (for callgrind).
+fn once(name: &str) {
+    let Some(way) = WAYS.into_iter().find(|w| w.name() == name) else {
+        panic!("LARCH_BULK_LOAD_ONCE={name}: expected append, insert_sorted or insert_random");
+    };
+    let order = match way {
+        Way::InsertRandom => shuffled(),
+        _ => Vec::new(),
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let took = load(&dir.path().join("b.larch"), way, &order);
+    eprintln!("bulk_load/{name}: one load of {N} entries in {took:?}");
+}
+
+fn main() {
+    match std::env::var("LARCH_BULK_LOAD_ONCE") {
+        Ok(name) => once(&name),
+        Err(_) => {
+            benches();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
@@ -113,4 +143,3 @@ criterion_group! {
         .measurement_time(Duration::from_secs(10));
     targets = bulk_load
 }
-criterion_main!(benches);
