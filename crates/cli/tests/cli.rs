@@ -460,15 +460,20 @@ fn load_sorted_appends_and_names_the_first_line_out_of_order() {
         "{}",
         r.stderr
     );
-    let r = run_with(
-        &["load", s(&f), "--sorted", "--tree", "t"],
-        b"00\t00\n",
-    );
+    let r = run_with(&["load", s(&f), "--sorted", "--tree", "t"], b"00\t00\n");
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("line 1"), "{}", r.stderr);
     ok(&["check", s(&f)]);
     assert_eq!(
-        ok(&["get", s(&f), "--tree", "t", &hex(&5001u32.to_be_bytes()), "--hex"]).stdout,
+        ok(&[
+            "get",
+            s(&f),
+            "--tree",
+            "t",
+            &hex(&5001u32.to_be_bytes()),
+            "--hex"
+        ])
+        .stdout,
         "01\n"
     );
 }

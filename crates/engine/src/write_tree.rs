@@ -16,13 +16,13 @@ use std::sync::Arc;
 
 use larch_pager::{Map, PageRole};
 
+use crate::append::Tail;
 use crate::cursor::finish;
 use crate::error::{Error, Result};
 use crate::file::Snapshot;
 use crate::node::{Child, Node, Val};
 use crate::node_page::{Limits, NodePage};
 use crate::view::{View, MAX_DEPTH};
-use crate::append::Tail;
 use crate::write::{TreeIdx, TreeState, Txn};
 use crate::PageId;
 
