@@ -120,6 +120,10 @@ enum Step {
     DropTree(&'static str),
     /// `remove_range(lo..hi)` on a tree.
     RemoveRange(&'static str, Vec<u8>, Vec<u8>),
+    /// `WriteTree::append` of these entries, in one handle (keys above every `key(n)`), as a
+    /// resumable load does it: entries not above the tree's last key are skipped, so the retry
+    /// of a commit that in fact landed (published, then a later step failed) appends nothing.
+    Append(&'static str, Vec<(Vec<u8>, Vec<u8>)>),
     /// The same key and value put into two trees open side by side.
     PutPair(&'static str, &'static str, Vec<u8>, Vec<u8>),
     /// Take a savepoint in the open transaction.
@@ -200,6 +204,7 @@ fn is_data(step: &Step) -> bool {
             | Step::DropTree(..)
             | Step::RemoveRange(..)
             | Step::PutPair(..)
+            | Step::Append(..)
             | Step::Savepoint
             | Step::RollbackTo
     )
@@ -215,6 +220,15 @@ fn apply_steps(tx: &mut larch::WriteTx<'_>, steps: &[Step]) -> larch::Result<()>
             Step::DropTree(t) => tx.delete_tree(t).map(drop)?,
             Step::RemoveRange(t, lo, hi) => {
                 tx.open_tree(t)?.remove_range(&lo[..]..&hi[..]).map(drop)?
+            }
+            Step::Append(t, entries) => {
+                let mut t = tx.open_tree(t)?;
+                let last = t.last()?.map(|(k, _)| k.to_vec());
+                for (k, v) in entries {
+                    if last.as_ref().is_none_or(|l| k > l) {
+                        t.append(k, v)?;
+                    }
+                }
             }
             Step::PutPair(a, b, k, v) => {
                 let mut ta = tx.open_tree(a)?;
@@ -249,6 +263,15 @@ fn apply_model(m: &Model, steps: &[Step]) -> Model {
                     m.entry(t.to_string())
                         .or_default()
                         .insert(k.clone(), v.clone());
+                }
+            }
+            Step::Append(t, entries) => {
+                let tree = m.entry(t.to_string()).or_default();
+                let last = tree.keys().next_back().cloned();
+                for (k, v) in entries {
+                    if last.as_ref().is_none_or(|l| k > l) {
+                        tree.insert(k.clone(), v.clone());
+                    }
                 }
             }
             Step::Savepoint => savepoints.push(m.clone()),
@@ -295,6 +318,8 @@ struct Coverage {
     rollbacks: usize,
     remove_ranges: usize,
     pairs: usize,
+    /// `append` steps (sorted bulk loads).
+    appends: usize,
 }
 
 impl Coverage {
@@ -313,6 +338,7 @@ impl Coverage {
         self.rollbacks += o.rollbacks;
         self.remove_ranges += o.remove_ranges;
         self.pairs += o.pairs;
+        self.appends += o.appends;
     }
 }
 
@@ -621,6 +647,7 @@ fn run(steps: &[Step], opts: Options) -> Trace {
                     Step::RollbackTo => d.coverage.rollbacks += 1,
                     Step::RemoveRange(..) => d.coverage.remove_ranges += 1,
                     Step::PutPair(..) => d.coverage.pairs += 1,
+                    Step::Append(..) => d.coverage.appends += 1,
                     _ => {}
                 }
                 pending.push(step.clone())
@@ -980,6 +1007,9 @@ fn every_cut_with_16k_pages_and_reuse_opens_at_a_whole_committed_state() {
 struct Gen {
     rng: Rng,
     s: Vec<Step>,
+    /// The number in the next appended key: only grows, so appends stay above every key
+    /// whatever commits, aborts, rollbacks and lost Async commits left.
+    appended: u64,
 }
 
 type PutShape = (&'static str, Vec<u8>, usize);
@@ -1036,6 +1066,7 @@ impl Gen {
                     }
                     2 => self.s.push(Step::Savepoint),
                     3 => self.s.push(Step::RollbackTo),
+                    4 | 5 => self.append(t),
                     _ => self.s.push(Step::Del(t, k)),
                 },
                 _ => {
@@ -1046,6 +1077,23 @@ impl Gen {
             }
         }
         puts
+    }
+
+    /// An `append` run of 1 to 150 keys above every `key(n)` (a past leaf or two), now and
+    /// then with an overflow value.
+    fn append(&mut self, t: &'static str) {
+        let n = 1 + self.rng.below(150);
+        let mut entries = Vec::new();
+        for _ in 0..n {
+            let k = format!("zz-{:08}", self.appended).into_bytes();
+            self.appended += 1 + self.rng.below(3);
+            let len = match self.rng.below(40) {
+                0 => self.big_len(),
+                _ => self.rng.below(300) as usize,
+            };
+            entries.push((k, val(self.rng.next(), len)));
+        }
+        self.s.push(Step::Append(t, entries));
     }
 
     /// A transaction that writes overflow runs (written at insert time) and splits leaves,
@@ -1125,6 +1173,7 @@ fn random_steps(seed: u64) -> Vec<Step> {
     let mut g = Gen {
         rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
         s: Vec::new(),
+        appended: 0,
     };
     let rounds = 6 + g.rng.below(14);
     for _ in 0..rounds {
@@ -1362,7 +1411,8 @@ fn random_workloads_survive_random_cuts() {
                 && c.compactions > 0
                 && c.rollbacks > 0
                 && c.remove_ranges > 0
-                && c.pairs > 0,
+                && c.pairs > 0
+                && c.appends > 0,
             "the generator no longer makes every case: {c:?}"
         );
     }

@@ -162,6 +162,19 @@ enum Op {
         key: Key,
         val: Val,
     },
+    /// `WriteTree::append` of `count` keys `<ff ff ff><n as 6 digits><pad x '~'>`, `n` from a
+    /// per-tree counter that only grows, so they are usually above the tree's last key (a
+    /// key some other op wrote may be above: then the append must be refused). With `mix`, an
+    /// insert of that key and a remove of the last appended key come midway, in the same
+    /// handle; with `refuse`, an append of the tree's last key ends the op (refused).
+    Append {
+        tree: usize,
+        pad: u16,
+        count: u16,
+        val: Val,
+        mix: Option<Key>,
+        refuse: bool,
+    },
     /// Take a savepoint in the write transaction.
     Savepoint,
     /// Roll back to the `which`-th savepoint taken (counting those a rollback discarded, which
@@ -249,6 +262,14 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(a, b, key, val)| Op::SideBySide { a, b, key, val }),
         3 => Just(Op::Savepoint),
         2 => (0u8..4).prop_map(|which| Op::RollbackTo { which }),
+        6 => (
+            tree.clone(),
+            prop::sample::select(vec![0u16, 0, 0, 250, 1000]),
+            prop_oneof![8 => (small_val(), 1u16..300), 1 => (val(), 1u16..12)],
+            prop::option::weighted(0.3, key()),
+            prop::bool::weighted(0.3),
+        )
+            .prop_map(|(tree, pad, (val, count), mix, refuse)| Op::Append { tree, pad, count, val, mix, refuse }),
     ]
 }
 
@@ -420,6 +441,48 @@ fn verify_snapshot(rx: &ReadTx, model: &Model, what: &str) -> Result<(), TestCas
     Ok(())
 }
 
+/// Append `k`/`v` to `t`, expecting what the model says: added if `k` is above the model's
+/// last key, otherwise refused with `KeyNotGreater` and nothing changed.
+fn append_expect(
+    t: &mut larch::WriteTree<'_>,
+    m: &mut Tree,
+    k: &[u8],
+    v: &[u8],
+    at: &str,
+) -> Result<(), TestCaseError> {
+    let model_last = m.keys().next_back().cloned();
+    let greater = model_last.as_deref().is_none_or(|l| k > l);
+    match t.append(k, v) {
+        Ok(()) if greater => {
+            m.insert(k.to_vec(), v.to_vec());
+            prop_assert!(
+                t.get(k).ck(at)? == Some(v),
+                "{}: append of {} not read back",
+                at,
+                show(k)
+            );
+        }
+        Err(Error::KeyNotGreater { key, last }) if !greater => {
+            prop_assert_eq!(key.as_slice(), k, "{}: refused key", at);
+            prop_assert_eq!(Some(last), model_last, "{}: refusal's last key", at);
+            prop_assert!(
+                t.get(k).ck(at)? == m.get(k).map(|v| v.as_slice()),
+                "{}: a refused append changed {}",
+                at,
+                show(k)
+            );
+            prop_assert_eq!(t.len().ck(at)?, m.len() as u64, "{}: len after refusal", at);
+        }
+        r => {
+            return Err(TestCaseError::fail(format!(
+                "{at}: append of {} (greater than the last key: {greater}) gave {r:?}",
+                show(k)
+            )))
+        }
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Config {
     policy: Policy,
@@ -450,6 +513,8 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
         .durability(Durability::Sync);
     let max_key = cfg.page_size / 4;
     let mut committed = Model::new();
+    // Per tree, the number in the next appended key.
+    let mut append_next = [0u32; TREES.len()];
     let mut next = 0;
     let mut session = 0;
     loop {
@@ -822,6 +887,55 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                             .insert(k.clone(), v);
                         work.entry(TREES[*b].to_string()).or_default().insert(k, v2);
                     }
+                }
+                Op::Append {
+                    tree,
+                    pad,
+                    count,
+                    val,
+                    mix,
+                    refuse,
+                } => {
+                    let name = TREES[*tree];
+                    let pad = (*pad as usize).min(max_key - 9);
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    let m = work.entry(name.to_string()).or_default();
+                    let mut t = tx.open_tree(name).ck(&at)?;
+                    let mut last_appended: Option<Vec<u8>> = None;
+                    for j in 0..*count as u32 {
+                        if j == *count as u32 / 2 {
+                            if let Some(key) = mix {
+                                let k = key.bytes(max_key);
+                                t.insert(&k, b"mixed").ck(&at)?;
+                                m.insert(k, b"mixed".to_vec());
+                                if let Some(k) = last_appended.take() {
+                                    prop_assert!(t.remove(&k).ck(&at)?, "{}: remove", at);
+                                    m.remove(&k);
+                                }
+                            }
+                        }
+                        let mut k = vec![0xff; 3];
+                        k.extend_from_slice(format!("{:06}", append_next[*tree]).as_bytes());
+                        k.resize(k.len() + pad, b'~');
+                        append_next[*tree] += 1;
+                        let v = Val {
+                            byte: val.byte.wrapping_add(j as u8),
+                            len: val.len,
+                        }
+                        .bytes();
+                        append_expect(&mut t, m, &k, &v, &at)?;
+                        if m.contains_key(&k) {
+                            last_appended = Some(k);
+                        }
+                    }
+                    if *refuse {
+                        if let Some(last) = m.keys().next_back().cloned() {
+                            append_expect(&mut t, m, &last, b"refused", &at)?;
+                        }
+                    }
+                    prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                    let last = t.last().ck(&at)?.map(|(k, _)| k.to_vec());
+                    prop_assert_eq!(last, m.keys().next_back().cloned(), "{}: last", at);
                 }
                 Op::Savepoint => {
                     let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;

@@ -421,6 +421,64 @@ fn load_commits_in_batches_and_stops_at_a_malformed_line() {
 }
 
 #[test]
+fn load_sorted_appends_and_names_the_first_line_out_of_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("s.larch");
+    let input: String = (0..3000u32)
+        .map(|i| format!("{}\t{}\n", hex(&i.to_be_bytes()), hex(&[i as u8; 20])))
+        .collect();
+    let r = run_with(
+        &["load", s(&f), "--sorted", "--batch", "1000", "--tree", "t"],
+        input.as_bytes(),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout,
+        "committed 1 1000\ncommitted 2 2000\ncommitted 3 3000\n"
+    );
+    assert_eq!(ok(&["dump", s(&f), "--tree", "t"]).stdout, input);
+    ok(&["check", s(&f)]);
+
+    // Appending to the loaded tree: above its last key is fine, anything else stops the load
+    // at that line, keeping the batches committed before it.
+    let more = format!(
+        "{}\t00\n{}\t01\n\n{}\t02\n",
+        hex(&5000u32.to_be_bytes()),
+        hex(&5001u32.to_be_bytes()),
+        hex(&5001u32.to_be_bytes())
+    );
+    let r = run_with(
+        &["load", s(&f), "--sorted", "--batch", "1", "--tree", "t"],
+        more.as_bytes(),
+    );
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stdout, "committed 4 1\ncommitted 5 2\n");
+    assert!(
+        r.stderr.contains("line 4")
+            && r.stderr.contains("not greater than the last key 00001389")
+            && r.stderr.contains("ascending"),
+        "{}",
+        r.stderr
+    );
+    let r = run_with(&["load", s(&f), "--sorted", "--tree", "t"], b"00\t00\n");
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("line 1"), "{}", r.stderr);
+    ok(&["check", s(&f)]);
+    assert_eq!(
+        ok(&[
+            "get",
+            s(&f),
+            "--tree",
+            "t",
+            &hex(&5001u32.to_be_bytes()),
+            "--hex"
+        ])
+        .stdout,
+        "01\n"
+    );
+}
+
+#[test]
 fn info_reports_metas_and_space_as_text_and_json() {
     let dir = tempfile::tempdir().unwrap();
     let f = sample_db(dir.path(), 2000);

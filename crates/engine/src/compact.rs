@@ -141,8 +141,7 @@ fn load_tree<'v>(
                 fresh: false,
             }
         };
-        let size = Node::leaf_entry_size(k, &val);
-        if node.size() + size > limits.capacity {
+        if !node.has_room(Node::leaf_entry_size(k, &val), limits.capacity) {
             finish(w, &mut node, &mut built)?;
         }
         node.push(k, val);
@@ -171,8 +170,7 @@ fn load_tree<'v>(
             } else {
                 crate::mutate::separator(&prev_last, &child.first)
             };
-            let size = Node::branch_entry_size(&sep);
-            if !node.is_empty() && node.size() + size > limits.capacity {
+            if !node.has_room(Node::branch_entry_size(&sep), limits.capacity) {
                 let page = w.node(&node)?;
                 level.push(Built {
                     page,
@@ -183,11 +181,8 @@ fn load_tree<'v>(
             }
             if node.is_empty() {
                 first = child.first.clone();
-                node.push(&[], Val::Inline(&[]));
-            } else {
-                node.push(&sep, Val::Inline(&[]));
             }
-            node.children.push(Child::Page(child.page));
+            node.push_child(&sep, Child::Page(child.page));
             prev_last = child.last.clone();
         }
         let page = w.node(&node)?;

@@ -121,6 +121,14 @@ pub enum Error {
     /// A panic interrupted a change to one of this transaction's trees: what it left is
     /// unknown, so the transaction can only be aborted (its commit is refused).
     Interrupted,
+    /// `WriteTree::append` of a key that is not greater than the tree's last key: appends
+    /// must come in strictly ascending order. Nothing was changed.
+    KeyNotGreater {
+        /// The key that was refused.
+        key: Vec<u8>,
+        /// The tree's last key (which may have been written earlier in the transaction).
+        last: Vec<u8>,
+    },
 }
 
 /// One thing wrong with the file, as `check` reports it ([`crate::CheckReport::problems`],
@@ -282,6 +290,12 @@ impl fmt::Display for Error {
             Error::Interrupted => write!(
                 f,
                 "a panic interrupted a change in this transaction: it can only be aborted"
+            ),
+            Error::KeyNotGreater { key, last } => write!(
+                f,
+                "append of key \"{}\" refused: it is not greater than the tree's last key \"{}\"",
+                key.escape_ascii(),
+                last.escape_ascii()
             ),
         }
     }

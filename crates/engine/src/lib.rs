@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 mod alloc;
+mod append;
 mod autocompact;
 mod check;
 mod compact;

@@ -27,7 +27,7 @@ pub(crate) fn separator(left: &[u8], right: &[u8]) -> Vec<u8> {
 }
 
 impl Txn {
-    fn limits_check(&self, key: &[u8], value_len: usize) -> Result<()> {
+    pub(crate) fn limits_check(&self, key: &[u8], value_len: usize) -> Result<()> {
         if key.is_empty() {
             return Err(Error::EmptyKey);
         }

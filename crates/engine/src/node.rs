@@ -274,6 +274,28 @@ impl Node {
         self.size += self.entry_size(i);
     }
 
+    /// Make room for `bytes` more bytes of keys and values and `entries` more entries.
+    pub fn reserve(&mut self, bytes: usize, entries: usize) {
+        self.bytes.reserve(bytes);
+        self.ents.reserve(entries);
+    }
+
+    /// Room for one more entry of `size` bytes within `capacity`? An empty node always
+    /// has room. The fill rule of nodes built in key order (compaction's copy, `append`):
+    /// each node takes entries until the next would not fit, then the next node starts.
+    #[inline]
+    pub fn has_room(&self, size: usize, capacity: usize) -> bool {
+        self.ents.is_empty() || self.size + size <= capacity
+    }
+
+    /// Branch built in key order: add `child` after the last child, with separator `sep`
+    /// (ignored for the first child, whose separator is always empty).
+    pub fn push_child(&mut self, sep: &[u8], child: Child) {
+        let key = if self.ents.is_empty() { &[][..] } else { sep };
+        self.push(key, Val::Inline(&[]));
+        self.children.push(child);
+    }
+
     /// Add an entry (leaf) or separator (branch) after the last one.
     pub fn push(&mut self, key: &[u8], val: Val<'_>) {
         let e = self.ent(key, val);

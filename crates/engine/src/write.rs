@@ -716,6 +716,7 @@ impl<'db> WriteTx<'db> {
             state,
             map,
             fresh_pages,
+            tail: Vec::new(),
         })
     }
 

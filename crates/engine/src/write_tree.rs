@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use larch_pager::{Map, PageRole};
 
+use crate::append::Tail;
 use crate::cursor::finish;
 use crate::error::{Error, Result};
 use crate::file::Snapshot;
@@ -62,6 +63,8 @@ pub struct WriteTree<'tx> {
     /// Covers the overflow runs the transaction wrote (`fresh_pages` pages of it).
     pub(crate) map: Arc<Map>,
     pub(crate) fresh_pages: PageId,
+    /// The rightmost path kept by [`WriteTree::append`] (append.rs); any other edit clears it.
+    pub(crate) tail: Tail,
 }
 
 impl std::fmt::Debug for WriteTree<'_> {
@@ -123,6 +126,16 @@ impl<'tx> WriteTree<'tx> {
     /// Run a tree algorithm on this tree inside the transaction: the tree goes back to the
     /// transaction for the call and comes back after it.
     fn edit<R>(&mut self, f: impl FnOnce(&mut Txn, TreeIdx) -> Result<R>) -> Result<R> {
+        // Any edit but an append may change the rightmost path.
+        self.tail.clear();
+        self.edit_keeping_tail(f)
+    }
+
+    /// `edit`, keeping the rightmost path (for `append`, which maintains it).
+    fn edit_keeping_tail<R>(
+        &mut self,
+        f: impl FnOnce(&mut Txn, TreeIdx) -> Result<R>,
+    ) -> Result<R> {
         let mut txn = self.txn.borrow_mut();
         // The transaction holds a placeholder while the tree is lent: swap the two.
         std::mem::swap(&mut txn.trees[self.idx], &mut self.state);
@@ -176,6 +189,64 @@ impl<'tx> WriteTree<'tx> {
             txn.trees[t].dirty = true;
             txn.insert(t, key, value).map(|_| ())
         })
+    }
+
+    /// Add `key` with `value` after the tree's last entry: the sorted bulk load. `key` must
+    /// be greater than every key in the tree, including those written earlier in this
+    /// transaction, or it is [`crate::Error::KeyNotGreater`] and nothing changes. No search
+    /// per key: the tree's rightmost path stays in memory between appends, and leaves are
+    /// filled to capacity (an `insert` in order fills them almost as well, but searches from
+    /// the root every time). Appends mix freely with every other operation; the first append
+    /// after another edit walks the rightmost path once. Limits as for [`WriteTree::insert`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// let mut t = tx.open_tree("t")?;
+    /// for i in 0..1000u32 {
+    ///     t.append(&i.to_be_bytes(), b"v")?;
+    /// }
+    /// assert!(matches!(
+    ///     t.append(&7u32.to_be_bytes(), b"v"),
+    ///     Err(larch_engine::Error::KeyNotGreater { .. })
+    /// ));
+    /// assert_eq!(t.len()?, 1000);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let last = match self.tail.last() {
+            Some(&leaf) => Some(self.state.nodes[leaf].last_key()),
+            None => self.last()?.map(|(k, _)| k),
+        };
+        if let Some(last) = last {
+            if key <= last {
+                return Err(Error::KeyNotGreater {
+                    key: key.to_vec(),
+                    last: last.to_vec(),
+                });
+            }
+        }
+        // The common case needs nothing of the transaction: an inline entry that fits the
+        // last leaf, which is already dirty and in this handle's arena.
+        if let Some(&leaf) = self.tail.last() {
+            let cap = self.limits.capacity;
+            if key.len() <= self.limits.max_key && self.limits.inline(key.len(), value.len()) {
+                let val = Val::Inline(value);
+                let n = &mut self.state.nodes[leaf];
+                if n.has_room(Node::leaf_entry_size(key, &val), cap) {
+                    n.push(key, val);
+                    self.state.entries = self.state.entries.saturating_add(1);
+                    return Ok(());
+                }
+            }
+        }
+        let mut tail = std::mem::take(&mut self.tail);
+        let r = self.edit_keeping_tail(|txn, t| txn.append(t, &mut tail, key, value));
+        if r.is_ok() {
+            self.tail = tail;
+        }
+        r
     }
 
     /// Remove `key`; true if it was there.

@@ -20,6 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "compaction_state",
             "alloc",
             "mutate",
+            "append",
             "write",
             "write_tree",
             "remove_range",

@@ -1,11 +1,12 @@
 //! `larch load FILE`: `HEXKEY<TAB>HEXVALUE` lines from stdin into a tree, committed in
-//! batches, each commit reported on stdout as `committed <txid> <records-so-far>`.
+//! batches, each commit reported on stdout as `committed <txid> <records-so-far>`. With
+//! `--sorted`, records are appended at the end of the tree (`WriteTree::append`).
 
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use larch_engine::{Db, Durability, Options, Policy, WriteMode, WriteTx};
+use larch_engine::{Db, Durability, Error, Options, Policy, WriteMode, WriteTx};
 
 use crate::error::{engine, CliError, CliResult};
 use crate::progress::Progress;
@@ -37,6 +38,11 @@ pub struct LoadArgs {
     /// durable reach this many bytes; 0 never does [default: half the live data, 4 to 64 MiB].
     #[arg(long, value_name = "BYTES")]
     pub max_unsynced_bytes: Option<u64>,
+    /// The input is in strictly ascending key order, above every key already in the tree:
+    /// add each record at the end of the tree (`WriteTree::append`) instead of searching for
+    /// its place. An out-of-order key stops the load, naming its line.
+    #[arg(long)]
+    pub sorted: bool,
 }
 
 /// Split and decode one input line (without its line ending).
@@ -86,66 +92,91 @@ pub fn run(a: LoadArgs) -> CliResult {
     result.and(synced)
 }
 
+/// The next record of the input, or None at its end; blank lines are skipped. `lineno`
+/// counts the lines read.
+fn next_record(
+    input: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    lineno: &mut u64,
+    committed: u64,
+) -> CliResult<Option<(Vec<u8>, Vec<u8>)>> {
+    loop {
+        line.clear();
+        let n = input
+            .read_until(b'\n', line)
+            .map_err(|e| CliError::failed(format!("reading stdin: {e}")))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        *lineno += 1;
+        while line.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+            line.pop();
+        }
+        if !line.is_empty() {
+            return parse_record(line)
+                .map(Some)
+                .map_err(|why| bad_line(*lineno, committed, why));
+        }
+    }
+}
+
+/// An input line that stops the load. The error drops the open transaction, which aborts the
+/// current batch; earlier commits stay.
+fn bad_line(lineno: u64, committed: u64, why: String) -> CliError {
+    CliError::failed(format!(
+        "stdin line {lineno}: {why}; stopped, keeping the {committed} records committed before this batch"
+    ))
+}
+
+/// Why a record could not be added, in the terms of the input.
+fn refused(e: Error) -> String {
+    match e {
+        Error::KeyNotGreater { key, last } => format!(
+            "--sorted: key {} is not greater than the last key {} (the input must be in strictly ascending key order, and above every key already in the tree)",
+            crate::hex::encode(&key),
+            crate::hex::encode(&last)
+        ),
+        e => e.to_string(),
+    }
+}
+
 fn load(db: &Db, a: &LoadArgs, input: &mut impl BufRead) -> CliResult {
     let path: &Path = &a.file;
     let progress = Progress::counter("load: records");
     let mut out = io::stdout().lock();
     let mut line = Vec::new();
-    let (mut lineno, mut committed, mut in_batch, mut commits) = (0u64, 0u64, 0u64, 0u64);
-    let mut tx: Option<WriteTx<'_>> = None;
-    loop {
-        line.clear();
-        let n = input
-            .read_until(b'\n', &mut line)
-            .map_err(|e| CliError::failed(format!("reading stdin: {e}")))?;
-        if n == 0 {
-            break;
+    let (mut lineno, mut committed, mut commits) = (0u64, 0u64, 0u64);
+    // Read before the transaction begins, so the writer lock is not held while stdin waits.
+    let mut pending = next_record(input, &mut line, &mut lineno, committed)?;
+    // With no records at all, still commit once so the file and an empty tree exist
+    // (`dump | load` of an empty tree reproduces it).
+    while pending.is_some() || commits == 0 {
+        let tx = db.begin_write().map_err(|e| engine(path, e))?;
+        let mut in_batch = 0u64;
+        {
+            // One handle per batch: `append` keeps the tree's rightmost path in it.
+            let mut t = tx.open_tree(&a.tree.tree).map_err(|e| engine(path, e))?;
+            while let Some((key, value)) = pending.take() {
+                if a.sorted {
+                    t.append(&key, &value)
+                } else {
+                    t.insert(&key, &value)
+                }
+                .map_err(|e| bad_line(lineno, committed, refused(e)))?;
+                in_batch += 1;
+                progress.inc(1);
+                if in_batch == a.batch {
+                    break;
+                }
+                pending = next_record(input, &mut line, &mut lineno, committed)?;
+            }
         }
-        lineno += 1;
-        while line.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
-            line.pop();
-        }
-        if line.is_empty() {
-            continue;
-        }
-        // Any error below drops `tx`, which aborts the current batch; earlier commits stay.
-        let bad = |why: String| {
-            CliError::failed(format!(
-                "stdin line {lineno}: {why}; stopped, keeping the {committed} records committed before this batch"
-            ))
-        };
-        let (key, value) = parse_record(&line).map_err(bad)?;
-        let t = match &mut tx {
-            Some(t) => t,
-            None => tx.insert(db.begin_write().map_err(|e| engine(path, e))?),
-        };
-        t.open_tree(&a.tree.tree)
-            .map_err(|e| engine(path, e))?
-            .insert(&key, &value)
-            .map_err(|e| bad(e.to_string()))?;
-        in_batch += 1;
-        progress.inc(1);
+        committed += in_batch;
+        commits += 1;
+        commit(tx, committed, path, &mut out)?;
         if in_batch == a.batch {
-            if let Some(t) = tx.take() {
-                committed += in_batch;
-                in_batch = 0;
-                commits += 1;
-                commit(t, committed, path, &mut out)?;
-            }
+            pending = next_record(input, &mut line, &mut lineno, committed)?;
         }
-    }
-    // End of input: commit the rest. With no records at all, still commit once so the file
-    // and an empty tree exist (`dump | load` of an empty tree reproduces it).
-    if in_batch > 0 || commits == 0 {
-        let t = match tx.take() {
-            Some(t) => t,
-            None => {
-                let t = db.begin_write().map_err(|e| engine(path, e))?;
-                t.open_tree(&a.tree.tree).map_err(|e| engine(path, e))?;
-                t
-            }
-        };
-        commit(t, committed + in_batch, path, &mut out)?;
     }
     progress.finish();
     Ok(())

@@ -520,6 +520,39 @@ impl<K: Key, V: Value> WriteTable<'_, K, V> {
         self.tree.insert(k.as_ref(), v.as_ref())
     }
 
+    /// Add `key` after the table's last entry without searching for its place (the sorted
+    /// bulk load, [`crate::WriteTree::append`]): keys must come in ascending order of their
+    /// encoding (which is the key type's order), above every key in the table, or it is
+    /// [`crate::Error::KeyNotGreater`] and nothing changes.
+    ///
+    /// ```
+    /// # use larch_engine::{Db, Error, Options, Table};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Db::open(dir.path().join("t.larch"), Options::default())?;
+    /// const T: Table<u64, &str> = Table::new("t");
+    /// let mut tx = db.begin_write()?;
+    /// let mut t = tx.open_table(&T)?;
+    /// for i in 0..100u64 {
+    ///     t.append(i, "v")?;
+    /// }
+    /// assert!(matches!(t.append(5, "v"), Err(Error::KeyNotGreater { .. })));
+    /// assert_eq!(t.len()?, 100);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn append<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<()>
+    where
+        K: 'k,
+        V: 'v,
+    {
+        let k = K::as_bytes(key.borrow());
+        let v = V::as_bytes(value.borrow());
+        self.tree.append(k.as_ref(), v.as_ref())
+    }
+
     /// Remove `key`; true if it was there.
     ///
     /// ```
