@@ -63,21 +63,42 @@ pub struct Run {
     pub fresh: bool,
 }
 
-/// One entry of a dirty node: where its key (and inline value) sit in the node's byte arena.
+/// One entry of a dirty node: where its key and value sit in the node's byte arena. An inline
+/// value follows the key; for a value in an overflow run, the run's first page id follows the
+/// key (8 bytes, little-endian, as in the page's cell) and `vlen` is the value's length. Twelve
+/// bytes, so a transaction's dirty leaves cost little more than their pages.
 #[derive(Clone, Copy, Debug)]
 struct Ent {
-    /// Offset of the key in `Node::bytes`; an inline value follows the key.
+    /// Offset of the key in `Node::bytes`.
     at: u32,
-    klen: u16,
-    /// Inline value length (0 in branches).
+    /// Inline value length, or the overflow value's length (0 in branches).
     vlen: u32,
-    /// The value lives in an overflow run instead.
-    run: Option<Run>,
+    klen: u16,
+    /// `OVERFLOW`, `FRESH`.
+    flags: u8,
 }
 
+/// The value is in an overflow run.
+const OVERFLOW: u8 = 1;
+/// That run was written by this transaction.
+const FRESH: u8 = 2;
+
 impl Ent {
+    fn overflow(&self) -> bool {
+        self.flags & OVERFLOW != 0
+    }
+
+    /// Bytes after the key in the arena.
+    fn stored(&self) -> usize {
+        if self.overflow() {
+            8
+        } else {
+            self.vlen as usize
+        }
+    }
+
     fn held(&self) -> usize {
-        self.klen as usize + self.vlen as usize
+        self.klen as usize + self.stored()
     }
 }
 
@@ -169,7 +190,7 @@ impl Node {
     #[inline]
     pub fn val(&self, i: usize) -> Val<'_> {
         let e = &self.ents[i];
-        match e.run {
+        match self.run_of(e) {
             Some(r) => Val::Overflow {
                 page: r.page,
                 len: r.len,
@@ -182,15 +203,29 @@ impl Node {
         }
     }
 
+    fn run_of(&self, e: &Ent) -> Option<Run> {
+        if !e.overflow() {
+            return None;
+        }
+        let s = e.at as usize + e.klen as usize;
+        let mut page = [0u8; 8];
+        page.copy_from_slice(&self.bytes[s..s + 8]);
+        Some(Run {
+            page: u64::from_le_bytes(page),
+            len: e.vlen as u64,
+            fresh: e.flags & FRESH != 0,
+        })
+    }
+
     /// The overflow run of leaf entry `i`, if its value is not inline.
     #[inline]
     pub fn run(&self, i: usize) -> Option<Run> {
-        self.ents[i].run
+        self.run_of(&self.ents[i])
     }
 
     /// Every overflow run the leaf refers to.
     pub fn runs(&self) -> impl Iterator<Item = Run> + '_ {
-        self.ents.iter().filter_map(|e| e.run)
+        self.ents.iter().filter_map(|e| self.run_of(e))
     }
 
     /// Leaf: position of `key`, or where it would be inserted.
@@ -212,7 +247,7 @@ impl Node {
     pub fn entry_size(&self, i: usize) -> usize {
         let e = &self.ents[i];
         if self.leaf {
-            SLOT + LEAF_CELL + e.klen as usize + if e.run.is_some() { 8 } else { e.vlen as usize }
+            SLOT + LEAF_CELL + e.held()
         } else {
             SLOT + BRANCH_CELL + e.klen as usize
         }
@@ -232,18 +267,22 @@ impl Node {
     fn ent(&mut self, key: &[u8], val: Val<'_>) -> Ent {
         let at = self.bytes.len() as u32;
         self.bytes.extend_from_slice(key);
-        let (vlen, run) = match val {
+        let (vlen, flags) = match val {
             Val::Inline(v) => {
                 self.bytes.extend_from_slice(v);
-                (v.len() as u32, None)
+                (v.len() as u32, 0)
             }
-            Val::Overflow { page, len, fresh } => (0, Some(Run { page, len, fresh })),
+            Val::Overflow { page, len, fresh } => {
+                self.bytes.extend_from_slice(&page.to_le_bytes());
+                // Values are at most u32::MAX bytes (checked before they are written).
+                (len as u32, OVERFLOW | if fresh { FRESH } else { 0 })
+            }
         };
         Ent {
             at,
-            klen: key.len() as u16,
             vlen,
-            run,
+            klen: key.len() as u16,
+            flags,
         }
     }
 
@@ -307,7 +346,7 @@ impl Node {
     /// length is overwritten where it is.
     pub fn set_val(&mut self, i: usize, val: Val<'_>) {
         let e = self.ents[i];
-        if let (Val::Inline(v), None) = (val, e.run) {
+        if let (Val::Inline(v), false) = (val, e.overflow()) {
             if v.len() == e.vlen as usize {
                 let s = e.at as usize + e.klen as usize;
                 self.bytes[s..s + v.len()].copy_from_slice(v);
@@ -323,7 +362,7 @@ impl Node {
             at,
             klen: e.klen,
             vlen: new.vlen,
-            run: new.run,
+            flags: new.flags,
         };
         self.size += self.entry_size(i);
         self.forget(e);
@@ -442,16 +481,13 @@ impl Node {
                 let vlen = u32_at(b, off + 4).ok_or_else(|| page.bad(i))?;
                 let vs = at + klen;
                 if flags & FLAG_OVERFLOW != 0 {
-                    let first = u64_at(b, vs).ok_or_else(|| page.bad(i))?;
+                    // The cell holds the run's first page after the key, as the arena does.
+                    u64_at(b, vs).ok_or_else(|| page.bad(i))?;
                     Ent {
                         at: at as u32,
+                        vlen,
                         klen: klen as u16,
-                        vlen: 0,
-                        run: Some(Run {
-                            page: first,
-                            len: vlen as u64,
-                            fresh: false,
-                        }),
+                        flags: OVERFLOW,
                     }
                 } else {
                     // The value follows the key in the cell.
@@ -460,9 +496,9 @@ impl Node {
                     }
                     Ent {
                         at: at as u32,
-                        klen: klen as u16,
                         vlen,
-                        run: None,
+                        klen: klen as u16,
+                        flags: 0,
                     }
                 }
             } else {
@@ -470,9 +506,9 @@ impl Node {
                     .push(Child::Page(u64_at(b, off + 2).ok_or_else(|| page.bad(i))?));
                 Ent {
                     at: at as u32,
-                    klen: klen as u16,
                     vlen: 0,
-                    run: None,
+                    klen: klen as u16,
+                    flags: 0,
                 }
             };
             held += e.held();
@@ -530,31 +566,13 @@ impl Node {
         for (i, e) in self.ents.iter().enumerate().rev() {
             let k = e.klen.to_le_bytes();
             if self.leaf {
-                match e.run {
-                    None => {
-                        let v = e.vlen.to_le_bytes();
-                        out.extend_from_slice(&[k[0], k[1], 0, 0, v[0], v[1], v[2], v[3]]);
-                        // Key and value sit together in the arena, as in the cell.
-                        let s = e.at as usize;
-                        out.extend_from_slice(&self.bytes[s..s + e.held()]);
-                    }
-                    Some(r) => {
-                        let v = (r.len as u32).to_le_bytes();
-                        out.extend_from_slice(&[
-                            k[0],
-                            k[1],
-                            FLAG_OVERFLOW,
-                            0,
-                            v[0],
-                            v[1],
-                            v[2],
-                            v[3],
-                        ]);
-                        let s = e.at as usize;
-                        out.extend_from_slice(&self.bytes[s..s + e.klen as usize]);
-                        out.extend_from_slice(&r.page.to_le_bytes());
-                    }
-                }
+                let flags = if e.overflow() { FLAG_OVERFLOW } else { 0 };
+                let v = e.vlen.to_le_bytes();
+                out.extend_from_slice(&[k[0], k[1], flags, 0, v[0], v[1], v[2], v[3]]);
+                // Key and value (or the run's first page) sit together in the arena, as in
+                // the cell.
+                let s = e.at as usize;
+                out.extend_from_slice(&self.bytes[s..s + e.held()]);
             } else {
                 let child = match self.children[i] {
                     Child::Page(p) => p,
