@@ -84,7 +84,7 @@ pub const LOCK_MAGIC: u64 = u64::from_ne_bytes(*b"larchlk\0");
 /// The lock file layout this build reads and writes.
 pub const LOCK_VERSION: u32 = 1;
 /// Reader slots a lock file gets by default (LMDB's default is 126 too).
-pub const DEFAULT_READER_SLOTS: u32 = 126;
+pub const DEFAULT_READER_SLOTS: u32 = 254;
 /// Process slots a lock file gets by default: processes attached at once.
 pub const DEFAULT_PROCESS_SLOTS: u32 = 126;
 /// The most slots of either kind a lock file may have.
@@ -269,6 +269,8 @@ struct Header {
     generation: AtomicU64,
     /// The newest committed txid + 1, or 0 before any writer published one.
     committed: AtomicU64,
+    /// The newest txid known durable (synced) + 1, or 0 if unknown.
+    durable: AtomicU64,
 }
 
 /// One slot, as laid out in the file.
@@ -967,6 +969,107 @@ impl LockFile {
             .generation
             .fetch_add(1, Ordering::SeqCst)
             + 1
+    }
+}
+
+impl LockFile {
+    /// Take the cross-process writer lock for an owner that keeps it across calls (the
+    /// engine holds it from a write transaction's start until its commits are on disk).
+    /// Threads of this process share the lock: serialising them is the caller's business.
+    /// `wait`: block until it is free; else return `false` if another process holds it.
+    pub fn acquire_writer(&self, wait: bool) -> LockResult<bool> {
+        let op = if wait {
+            "fcntl(F_OFD_SETLKW)"
+        } else {
+            "fcntl(F_OFD_SETLK)"
+        };
+        ofd_lock(&self.inner.file, libc::F_WRLCK, WRITER_BYTE, wait)
+            .map_err(|e| LockFileError::io(op, &self.inner.path, e))
+    }
+
+    /// Release what [`acquire_writer`](Self::acquire_writer) took.
+    pub fn release_writer(&self) -> LockResult<()> {
+        ofd_lock(&self.inner.file, libc::F_UNLCK, WRITER_BYTE, false)
+            .map(|_| ())
+            .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLK)", &self.inner.path, e))
+    }
+
+    /// [`publish_commit`](Self::publish_commit) for an owner of
+    /// [`acquire_writer`](Self::acquire_writer): the caller holds the writer lock. Never moves
+    /// the published txid backwards.
+    pub fn publish_committed(&self, txid: TxId) {
+        self.inner
+            .map
+            .header()
+            .committed
+            .fetch_max(txid + 1, Ordering::SeqCst);
+    }
+
+    /// Record that commit `txid` is durable (synced), so the next writer process need not sync
+    /// the file before it builds on it. Caller holds the writer lock.
+    pub fn publish_durable(&self, txid: TxId) {
+        self.inner
+            .map
+            .header()
+            .durable
+            .fetch_max(txid + 1, Ordering::SeqCst);
+    }
+
+    /// Name `txid` as the newest commit, forgetting what was published before (the database
+    /// file was switched for a compacted copy). Caller holds the attach byte exclusively.
+    pub fn set_committed(&self, txid: TxId) {
+        let h = self.inner.map.header();
+        h.committed.store(txid + 1, Ordering::SeqCst);
+        h.durable.store(txid + 1, Ordering::SeqCst);
+    }
+
+    /// [`bump_generation`](Self::bump_generation) for a caller that holds the attach byte
+    /// exclusively ([`try_attach_exclusive`](Self::try_attach_exclusive)).
+    pub fn bump_generation_alone(&self) -> u64 {
+        self.inner
+            .map
+            .header()
+            .generation
+            .fetch_add(1, Ordering::SeqCst)
+            + 1
+    }
+
+    /// The newest txid a writer recorded as durable, if any.
+    pub fn durable_txid(&self) -> Option<TxId> {
+        self.inner
+            .map
+            .header()
+            .durable
+            .load(Ordering::SeqCst)
+            .checked_sub(1)
+    }
+
+    /// Hold the attach byte exclusively if no other process is attached (a conversion of this
+    /// attachment's shared hold; never waits). While held, processes that open the database
+    /// wait in their attach. Returns `false` if another process is attached.
+    pub fn try_attach_exclusive(&self) -> LockResult<bool> {
+        ofd_lock(&self.inner.file, libc::F_WRLCK, ATTACH_BYTE, false)
+            .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLK)", &self.inner.path, e))
+    }
+
+    /// Go back to a shared hold of the attach byte after
+    /// [`try_attach_exclusive`](Self::try_attach_exclusive).
+    pub fn attach_shared(&self) -> LockResult<()> {
+        ofd_lock(&self.inner.file, libc::F_RDLCK, ATTACH_BYTE, false)
+            .map(|_| ())
+            .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLK)", &self.inner.path, e))
+    }
+
+    /// Is another process attached? One `fcntl`: whether some other attachment holds the
+    /// attach byte.
+    pub fn others_attached(&self) -> LockResult<bool> {
+        ofd_locked_by_other(&self.inner.file, ATTACH_BYTE)
+            .map_err(|e| LockFileError::io("fcntl(F_OFD_GETLK)", &self.inner.path, e))
+    }
+
+    /// The process id this attachment records in its slots.
+    pub fn pid(&self) -> u32 {
+        self.inner.pid
     }
 }
 

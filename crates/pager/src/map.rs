@@ -11,7 +11,9 @@
 //! - Every slice is bounds-checked against the mapping and against the file length the caller
 //!   proved (the high-water mark of a meta validated against the file size at open), so no
 //!   access reaches past the end of the file (which would raise SIGBUS).
-//! - The file is flock'ed, so no cooperating process truncates it under the map.
+//! - No cooperating process truncates the file under a page a snapshot can reach: a writer (in
+//!   any process, docs/format.md "Several processes") cuts only pages past its high-water mark
+//!   that every reader's snapshot, in every process, leaves unreachable.
 
 use std::fs::File;
 use std::io;

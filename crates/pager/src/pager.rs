@@ -34,6 +34,25 @@ pub struct PagerOptions {
     /// pages no longer verify, open at the commit before it instead of failing, and say what
     /// was discarded in [`OpenedMetas::discarded`].
     pub fall_back_on_damage: bool,
+    /// How the data file itself is flock'ed.
+    pub flock: FileLock,
+    /// Another process has the file open and is keeping it consistent (the lock file says
+    /// so): take the newest meta whose checksum holds, without the recovery steps (manifest
+    /// check, fsync, discarding a damaged meta) that only a first opener may do.
+    pub live: bool,
+}
+
+/// The flock a handle takes on the data file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileLock {
+    /// Exclusive for a read-write handle, shared for a read-only one: one process at a time
+    /// may write, and nobody reads while it does (a handle without a lock file).
+    ByMode,
+    /// Shared for every handle: processes coordinate through the lock file.
+    Shared,
+    /// Exclusive for every handle (a read-only handle that could not attach to the lock file
+    /// keeps every other handle out).
+    Exclusive,
 }
 
 impl Default for PagerOptions {
@@ -45,6 +64,8 @@ impl Default for PagerOptions {
             read_only: false,
             create: true,
             fall_back_on_damage: false,
+            flock: FileLock::ByMode,
+            live: false,
         }
     }
 }
@@ -136,7 +157,12 @@ impl Pager {
         storage: Box<dyn Storage>,
         opts: PagerOptions,
     ) -> Result<(Pager, OpenedMetas)> {
-        match try_lock(storage.file(), !opts.read_only) {
+        let exclusive = match opts.flock {
+            FileLock::ByMode => !opts.read_only,
+            FileLock::Shared => false,
+            FileLock::Exclusive => true,
+        };
+        match try_lock(storage.file(), exclusive) {
             Ok(true) => {}
             Ok(false) => {
                 return Err(PagerError::Locked {
@@ -148,7 +174,13 @@ impl Pager {
         // Only under the lock may the file be judged empty: a second opener racing this one
         // fails on the lock above rather than initialising it too.
         let mut file_len = storage.len().map_err(|e| PagerError::io("stat", path, e))?;
-        let metas = match read_metas(path, storage.file(), file_len, opts.fall_back_on_damage) {
+        let metas = match read_metas(
+            path,
+            storage.file(),
+            file_len,
+            opts.fall_back_on_damage,
+            opts.live,
+        ) {
             Ok(metas) => metas,
             Err(e @ PagerError::NotADatabase { .. }) => {
                 let Some(blank) = uninitialised(storage.file(), file_len) else {
@@ -161,12 +193,18 @@ impl Pager {
                     });
                 }
                 file_len = initialise(path, storage.as_ref(), opts.page_size)?;
-                read_metas(path, storage.file(), file_len, opts.fall_back_on_damage)?
+                read_metas(
+                    path,
+                    storage.file(),
+                    file_len,
+                    opts.fall_back_on_damage,
+                    false,
+                )?
             }
             Err(e) => return Err(e),
         };
         let page_size = metas.current.page_size as usize;
-        if !opts.read_only {
+        if !opts.read_only && !opts.live {
             if metas.discarded.is_some() {
                 discard_damaged_meta(path, storage.as_ref(), &metas.current)?;
             }
@@ -303,6 +341,52 @@ impl Pager {
         Ok(())
     }
 
+    /// Read the file's length again (another process may have grown or shrunk it) and extend
+    /// the map if it grew past the reservation. Old maps stay valid for their snapshots.
+    pub fn refresh_len(&self) -> Result<u64> {
+        let len = self
+            .storage
+            .len()
+            .map_err(|e| PagerError::io("stat", &self.path, e))?;
+        self.file_len.store(len, Ordering::Release);
+        self.remap_if_needed()?;
+        Ok(len)
+    }
+
+    /// The meta in the slot commit `txid` uses, if that slot holds commit `txid` whole (its
+    /// checksum holds and its high-water mark fits in the file). Another process's writer may
+    /// be rewriting the slot for `txid + 2`: then this returns `None`.
+    pub fn read_meta_of(&self, txid: crate::TxId) -> Result<Option<Meta>> {
+        let off = MetaSlot::for_txid(txid).page() * self.page_size as u64;
+        let mut b = vec![0u8; META_SIZE];
+        self.storage
+            .file()
+            .read_exact_at(&mut b, off)
+            .map_err(|e| PagerError::io("read meta", &self.path, e))?;
+        let Ok(m) = Meta::decode(&b) else {
+            return Ok(None);
+        };
+        if m.txid != txid || m.page_size as usize != self.page_size {
+            return Ok(None);
+        }
+        let len = self.file_len();
+        let need = m.high_water.saturating_mul(m.page_size as u64);
+        if need > len && need > self.refresh_len()? {
+            return Ok(None);
+        }
+        if need > MAX_FILE_BYTES {
+            return Ok(None);
+        }
+        Ok(Some(m))
+    }
+
+    /// The newest meta of the two slots whose checksum holds (no manifest check: for a file
+    /// another process keeps consistent).
+    pub fn read_newest_meta(&self) -> Result<Meta> {
+        let len = self.refresh_len()?;
+        read_metas(&self.path, self.storage.file(), len, false, true).map(|m| m.current)
+    }
+
     fn remap_if_needed(&self) -> Result<()> {
         let len = self.file_len();
         let mut cur = self.map.lock();
@@ -414,6 +498,7 @@ fn read_metas(
     file: &File,
     file_len: u64,
     fall_back_on_damage: bool,
+    live: bool,
 ) -> Result<OpenedMetas> {
     let not_db = |reason: String| PagerError::NotADatabase {
         path: path.to_path_buf(),
@@ -488,6 +573,11 @@ fn read_metas(
     let txid_of = |m: &std::result::Result<Meta, String>| m.as_ref().map_or(0, |m| m.txid);
     let (zero_txid, one_txid) = (txid_of(&zero), txid_of(&one));
     let verify = |m: Meta, offset: u64| {
+        if live {
+            // The writer that wrote it is alive or left it whole in the page cache; the
+            // first opener after a crash checked it (docs/format.md, "The lock file").
+            return Ok(m);
+        }
         verify_manifest(file, file_len, &m, offset).map_err(|u| (u.page, u.reason))
     };
     let torn = |txid: u64, why: &str| format!("commit {txid} did not fully reach the disk: {why}");
