@@ -28,6 +28,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, Shared, WriterState};
 use crate::options::Durability;
+use crate::process::InodeClaim;
 use crate::read::ReadTx;
 
 /// Catch-up rounds before the writer is held off for the last one.
@@ -64,7 +65,13 @@ pub(crate) fn maybe_start(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut Wr
     if c.running.load(Ordering::Acquire) {
         return;
     }
-    if let Some(why) = switch_refused(open_file.pager.file(), &shared.path) {
+    let refused = switch_refused(open_file.pager.file(), &shared.path).or_else(|| {
+        others_attached(open_file).then(|| {
+            "other processes have the file open (their handles would stay on the old file)"
+                .to_string()
+        })
+    });
+    if let Some(why) = refused {
         // The copy could never be put in place: do not make it. Checked on every commit that
         // crosses the threshold, so removing the other links lets compaction run again.
         c.refused.fetch_add(1, Ordering::AcqRel);
@@ -94,6 +101,14 @@ pub(crate) fn maybe_start(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut Wr
         Ok(t) => *c.thread.lock() = Some(t),
         Err(_) => c.finish(),
     }
+}
+
+/// Do other processes have the file open (through its lock file)? The background switch
+/// would strand them on the old inode, so it runs only while this process is alone.
+fn others_attached(open_file: &OpenFile) -> bool {
+    open_file
+        .lock()
+        .is_some_and(|l| l.file.others_attached().unwrap_or(true))
 }
 
 /// Why renaming a compacted file over `path` would not replace the database open as `file`,
@@ -166,7 +181,13 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     let mut opts = h.opts;
     opts.compaction_threshold = None;
     let storage = h.fs.storage(tmp, file, opts.write_mode);
-    let new = Db::open_storage_at(&h.path, storage, opts, Arc::new(crate::fs::RealFs))?;
+    // Shared flock when other processes may open it after the switch (through the lock file).
+    let flock = if old.lock().is_some() {
+        larch_pager::FileLock::Shared
+    } else {
+        larch_pager::FileLock::ByMode
+    };
+    let new = Db::open_storage_at(&h.path, storage, opts, Arc::new(crate::fs::RealFs), flock)?;
     // Catch up with commits made during the copy, while writers carry on.
     for _ in 0..CATCH_UP_ROUNDS {
         h.compaction.cancelled()?;
@@ -197,8 +218,35 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
             "switch abandoned, the old file kept: {why}"
         )));
     }
-    h.fs.rename(tmp, &h.path)
-        .map_err(|e| io_err("rename compacted file into place", &h.path, e))?;
+    // No other process may be attached across the rename: hold the lock file's attach byte
+    // exclusively (processes opening meanwhile wait in their attach, then open the new file).
+    let new_file = new.current_file();
+    let lock = old.lock().cloned();
+    if let Some(l) = &lock {
+        if !l.file.try_attach_exclusive()? {
+            return Err(Error::Compaction(
+                "switch abandoned, the old file kept: another process has it open".into(),
+            ));
+        }
+        let switched = (|| -> Result<()> {
+            // Within this process the new inode is the database now.
+            let claim = InodeClaim::claim_file(new_file.pager.file(), true, &h.path)?;
+            h.fs.rename(tmp, &h.path)
+                .map_err(|e| io_err("rename compacted file into place", &h.path, e))?;
+            let _ = new_file.inode.set(claim);
+            // The new file's commits are what the lock file names from now on.
+            let txid = new_file.durability.lock().committed.txid;
+            l.file.set_committed(txid);
+            l.file.bump_generation_alone();
+            let _ = new_file.lock.set(l.clone());
+            Ok(())
+        })();
+        l.file.attach_shared()?;
+        switched?;
+    } else {
+        h.fs.rename(tmp, &h.path)
+            .map_err(|e| io_err("rename compacted file into place", &h.path, e))?;
+    }
     let dir = h
         .path
         .parent()
@@ -207,7 +255,7 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
         .unwrap_or_else(|| PathBuf::from("."));
     h.fs.sync_dir(&dir)
         .map_err(|e| io_err("fsync directory", &dir, e))?;
-    let open_file = new.current_file();
+    let open_file = new_file;
     open_file.writer.lock().trigger = Trigger::compacted();
     let after = open_file.pager.file_len();
     *h.current.write() = open_file;

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use larch_freelist::FreeSpace;
-use larch_pager::{OpenedMetas, Pager, PagerOptions, Storage};
+use larch_pager::{FileLock, LockFile, LockFileError, OpenedMetas, Pager, PagerOptions, Storage};
 
 use crate::durability::DurableState;
 use crate::error::Result;
 use crate::file::{OpenFile, Shared, Snapshot, WriterState};
 use crate::options::Options;
+use crate::process::{InodeClaim, ProcessLock};
 use crate::read::ReadTx;
 use crate::readers::ReaderTable;
 use crate::view::View;
@@ -105,16 +106,104 @@ impl Db {
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         let path = path.as_ref();
         opts.validate()?;
-        let popts = PagerOptions {
+        let mut popts = PagerOptions {
             page_size: opts.page_size,
             write_mode: opts.write_mode,
             advice: opts.advice,
             read_only: opts.read_only,
             create: opts.create,
             fall_back_on_damage: opts.fall_back_on_damage,
+            flock: FileLock::ByMode,
+            live: false,
         };
-        let (pager, opened) = Pager::open(path, popts)?;
-        Ok(Self::wrap(Self::from_pager(pager, opened, opts)?))
+        let resolved = larch_pager::resolve_path(path)?;
+        if !resolved.exists() && (opts.read_only || !opts.create) {
+            // Nothing to attach to: let the pager say what is missing.
+            let (pager, opened) = Pager::open(&resolved, popts)?;
+            return Ok(Self::wrap(Self::from_pager(pager, opened, opts, None)?));
+        }
+        // This process's own handles first: attaching a second time could wait forever for
+        // the writer lock this process holds.
+        let mut claim = match resolved.exists() {
+            true => Some(InodeClaim::claim_path(&resolved, !opts.read_only)?),
+            false => None,
+        };
+        let lock = match LockFile::open(&resolved, true) {
+            Ok(l) => Some(Arc::new(ProcessLock::new(l))),
+            // A read-only opener that may not write the lock file (a read-only directory or
+            // file system) reads alone: it keeps every other handle out by an exclusive flock.
+            Err(LockFileError::NotWritable { .. } | LockFileError::Missing { .. })
+                if opts.read_only =>
+            {
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(lock) = lock else {
+            popts.flock = FileLock::Exclusive;
+            let (pager, opened) = Pager::open(&resolved, popts)?;
+            let open_file = Self::from_pager(pager, opened, opts, None)?;
+            if let Some(c) = claim {
+                let _ = open_file.inode.set(c);
+            }
+            return Ok(Self::wrap(open_file));
+        };
+        popts.flock = FileLock::Shared;
+        // A read-write open builds the writer's state, and the first open after every
+        // process detached recovers the file (manifest checks, fsync): both under the writer
+        // lock, so no other process commits meanwhile. A read-only open of a live file needs
+        // no lock: its readers follow the reader protocol.
+        let need_writer = !opts.read_only || lock.file.committed_txid().is_none();
+        if need_writer {
+            lock.file.acquire_writer(true)?;
+        }
+        popts.live = lock.file.committed_txid().is_some();
+        let opened_file = (|| -> Result<OpenFile> {
+            let (pager, opened) = Pager::open(&resolved, popts)?;
+            match &claim {
+                Some(c) if c.is_of(pager.file()) => {}
+                _ => {
+                    // Created now, or renamed over since the stat: claim what was opened.
+                    claim = None;
+                    claim = Some(InodeClaim::claim_file(
+                        pager.file(),
+                        !opts.read_only,
+                        &resolved,
+                    )?);
+                }
+            }
+            let meta = opened.current;
+            if !opts.read_only
+                && popts.live
+                && lock.file.durable_txid().is_none_or(|d| d < meta.txid)
+            {
+                // The last writer left its newest commit unsynced (NoMetaSync): make it
+                // durable before building on it as the fallback.
+                pager.sync()?;
+            }
+            // Readers of other processes may hold older snapshots than the opened one.
+            let _ = lock.file.clear_stale();
+            let pinned_by = lock
+                .file
+                .oldest_reader()
+                .is_some_and(|o| o < meta.txid)
+                .then_some(meta.txid);
+            let open_file = Self::from_pager(pager, opened, opts, pinned_by)?;
+            if !opts.read_only {
+                lock.file.publish_committed(meta.txid);
+                lock.file.publish_durable(meta.txid);
+            }
+            Ok(open_file)
+        })();
+        if need_writer {
+            let _ = lock.file.release_writer();
+        }
+        let open_file = opened_file?;
+        let _ = open_file.lock.set(lock);
+        if let Some(c) = claim {
+            let _ = open_file.inode.set(c);
+        }
+        Ok(Self::wrap(open_file))
     }
 
     fn wrap(open_file: OpenFile) -> Db {
@@ -151,7 +240,13 @@ impl Db {
         opts: Options,
     ) -> Result<Db> {
         let path = larch_pager::resolve_path(path.as_ref())?;
-        Self::open_storage_at(&path, storage, opts, Arc::new(crate::fs::RealFs))
+        Self::open_storage_at(
+            &path,
+            storage,
+            opts,
+            Arc::new(crate::fs::RealFs),
+            FileLock::ByMode,
+        )
     }
 
     /// [`Db::open_with_storage`], with compaction's new files and directory operations going
@@ -165,15 +260,17 @@ impl Db {
         fs: Arc<dyn crate::fs::CompactionFs>,
     ) -> Result<Db> {
         let path = larch_pager::resolve_path(path.as_ref())?;
-        Self::open_storage_at(&path, storage, opts, fs)
+        Self::open_storage_at(&path, storage, opts, fs, FileLock::ByMode)
     }
 
-    /// Open `storage` as the database at `path`, taken as it is (already resolved).
+    /// Open `storage` as the database at `path`, taken as it is (already resolved), without
+    /// a lock file, flock'ed as `flock` says.
     pub(crate) fn open_storage_at(
         path: &Path,
         storage: Box<dyn Storage>,
         opts: Options,
         fs: Arc<dyn crate::fs::CompactionFs>,
+        flock: FileLock,
     ) -> Result<Db> {
         opts.validate()?;
         let popts = PagerOptions {
@@ -183,15 +280,23 @@ impl Db {
             read_only: opts.read_only,
             create: false,
             fall_back_on_damage: opts.fall_back_on_damage,
+            flock,
+            live: false,
         };
         let (pager, opened) = Pager::open_storage(path, storage, popts)?;
         Ok(Self::wrap_with_fs(
-            Self::from_pager(pager, opened, opts)?,
+            Self::from_pager(pager, opened, opts, None)?,
             fs,
         ))
     }
 
-    pub(crate) fn from_pager(pager: Pager, opened: OpenedMetas, opts: Options) -> Result<OpenFile> {
+    /// The open file for `pager`. `pinned_by`: see `freemap::load`.
+    pub(crate) fn from_pager(
+        pager: Pager,
+        opened: OpenedMetas,
+        opts: Options,
+        pinned_by: Option<crate::TxId>,
+    ) -> Result<OpenFile> {
         let meta = opened.current;
         let map = pager.map();
         let mut free = FreeSpace::new(opts.policy);
@@ -200,6 +305,7 @@ impl Db {
                 &View::new(&map, &meta, opts.verify_checksums),
                 &meta,
                 &mut free,
+                pinned_by,
             )?;
         }
         let open_file = OpenFile {
@@ -218,6 +324,8 @@ impl Db {
             durable_txid: std::sync::atomic::AtomicU64::new(meta.txid),
             group: Mutex::new(()),
             group_synced: parking_lot::Condvar::new(),
+            lock: Default::default(),
+            inode: Default::default(),
         };
         Ok(open_file)
     }
@@ -258,7 +366,23 @@ impl Db {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn begin_write(&self) -> Result<WriteTx<'_>> {
-        WriteTx::begin(&self.shared)
+        WriteTx::begin(&self.shared, true)
+    }
+
+    /// Begin the write transaction if no other is in progress, in this process or another
+    /// that has the file open; else fail at once with [`crate::Error::WriterBusy`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.try_begin_write()?;
+    /// assert!(matches!(db.try_begin_write(), Err(larch_engine::Error::WriterBusy { .. })));
+    /// drop(tx);
+    /// assert!(db.try_begin_write().is_ok());
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn try_begin_write(&self) -> Result<WriteTx<'_>> {
+        WriteTx::begin(&self.shared, false)
     }
 
     /// Make every commit so far durable (Async and NoMetaSync ones included). Does not wait
@@ -282,13 +406,28 @@ impl Db {
             let open_file = self.current_file();
             open_file.pager.check_writable()?;
             let writer = open_file.writer.try_lock();
+            if let Some(lock) = open_file.lock() {
+                if !lock.held() {
+                    // Every commit of this process has its meta on disk (it keeps the writer
+                    // lock until then), and another process may be writing: no meta may be
+                    // written from here. Syncing the file makes them durable.
+                    open_file.pager.sync()?;
+                    let mut st = open_file.durability.lock();
+                    st.synced_on_disk();
+                    open_file.note_durable(st.durable);
+                    return Ok(());
+                }
+            }
             let mut st = open_file.durability.lock();
             if open_file.retired.load(Ordering::Acquire) {
                 continue;
             }
             st.sync_all(&open_file)?;
+            open_file.publish_on_disk(&st);
             if writer.is_some() {
                 open_file.trim_to_durable(&st);
+                drop(st);
+                open_file.release_writer_if_on_disk();
             }
             return Ok(());
         }

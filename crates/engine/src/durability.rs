@@ -406,6 +406,17 @@ impl DurableState {
         Ok(())
     }
 
+    /// The file was just synced by a process that does not hold the cross-process writer
+    /// lock: every commit of this process has its meta on disk, so it is durable now.
+    pub(crate) fn synced_on_disk(&mut self) {
+        if self.on_disk() >= self.committed.txid {
+            self.durable = self.committed.txid;
+            self.meta_written = self.meta_written.max(self.durable);
+            self.meta_unsynced = None;
+            self.batch.reset();
+        }
+    }
+
     /// Make the newest commit durable (`Db::sync`, close).
     pub(crate) fn sync_all(&mut self, file: &OpenFile) -> Result<()> {
         let r = self.sync_all_inner(file);

@@ -44,11 +44,24 @@ pub enum Error {
         /// The error the system returned.
         source: io::Error,
     },
-    /// Another handle holds the file's lock: one in this process (every open of a file is a
-    /// separate handle; clone a [`crate::Db`] to share it) or in another process. Read-only
-    /// handles share the file with each other, not with a writer.
+    /// The file is already open in this process (every open of a file is a separate handle;
+    /// clone a [`crate::Db`] to share it), through any of its names; or another process
+    /// holds it exclusively (one without a lock file beside the database).
     AlreadyOpen {
         /// The file (symlinks resolved).
+        path: PathBuf,
+    },
+    /// The lock file beside the database (`<path>-lock`, through which processes share it)
+    /// cannot be used: not a lock file, another layout version, or every reader slot taken.
+    LockFile {
+        /// The lock file.
+        path: PathBuf,
+        /// Why, in words.
+        reason: String,
+    },
+    /// Another process holds the write transaction ([`crate::Db::try_begin_write`]).
+    WriterBusy {
+        /// The database.
         path: PathBuf,
     },
     /// The file is not a larch database, or no meta page in it is valid. Also an empty file
@@ -155,6 +168,29 @@ impl fmt::Display for Problem {
     }
 }
 
+impl From<larch_pager::LockFileError> for Error {
+    fn from(e: larch_pager::LockFileError) -> Self {
+        use larch_pager::LockFileError as L;
+        match e {
+            L::Io { op, path, source } => Error::Io { op, path, source },
+            other => {
+                let path = match &other {
+                    L::Missing { path }
+                    | L::NotWritable { path, .. }
+                    | L::Invalid { path, .. }
+                    | L::UnsupportedVersion { path, .. }
+                    | L::Full { path, .. } => path.clone(),
+                    L::Io { path, .. } => path.clone(),
+                };
+                Error::LockFile {
+                    path,
+                    reason: other.to_string(),
+                }
+            }
+        }
+    }
+}
+
 impl From<PagerError> for Error {
     fn from(e: PagerError) -> Self {
         match e {
@@ -229,7 +265,15 @@ impl fmt::Display for Error {
             }
             Error::AlreadyOpen { path } => write!(
                 f,
-                "{}: the database is already open (locked by this or another process); close the other handle first",
+                "{}: the database is already open (in this process, or exclusively by another); close the other handle first",
+                path.display()
+            ),
+            Error::LockFile { path, reason } => {
+                write!(f, "{}: {reason}", path.display())
+            }
+            Error::WriterBusy { path } => write!(
+                f,
+                "{}: another process holds the write transaction",
                 path.display()
             ),
             Error::NotADatabase { path, reason } => {

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -14,8 +14,9 @@ use larch_freelist::FreeSpace;
 use larch_pager::{Map, Meta, OpenedMetas, Pager};
 
 use crate::durability::DurableState;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::options::Options;
+use crate::process::{InodeClaim, ProcessLock};
 use crate::read::ReadTx;
 use crate::readers::{ReadSnap, ReaderTable, SnapshotCache};
 use crate::TxId;
@@ -63,6 +64,11 @@ pub(crate) struct OpenFile {
     /// Followers wait here for a durable txid that covers their commit.
     pub group: Mutex<()>,
     pub group_synced: parking_lot::Condvar,
+    /// The lock file through which other processes share the file (process.rs); unset for a
+    /// file without one (test storage, a compaction copy until it is switched in).
+    pub lock: OnceLock<Arc<ProcessLock>>,
+    /// This process has the file open (at most once per process, by inode).
+    pub inode: OnceLock<InodeClaim>,
 }
 
 /// What every clone of a `Db` shares.
@@ -95,6 +101,12 @@ impl WriterState {
 }
 
 impl OpenFile {
+    /// The lock file, if the file has one.
+    #[inline]
+    pub(crate) fn lock(&self) -> Option<&Arc<ProcessLock>> {
+        self.lock.get()
+    }
+
     /// A snapshot of this file's newest commit, registered in its reader table.
     pub(crate) fn begin_read(self: &Arc<Self>) -> Result<ReadTx> {
         if self.pager.is_poisoned() {
@@ -102,19 +114,163 @@ impl OpenFile {
             self.pager.check_writable()?;
         }
         let shard = crate::readers::shard_index();
-        let snap = self.readers.begin(shard);
+        let snap = self.begin_snapshot(shard)?;
         Ok(ReadTx::new(
             Arc::new(ReadSnap::new(self.clone(), &snap)),
             shard,
         ))
     }
 
-    /// The newest snapshot and the oldest txid any reader holds. The snapshot is read first:
-    /// the scan then sees every reader that could hold anything older (readers.rs).
+    /// Register a reader of the newest snapshot (of any process) in shard `i`.
+    pub(crate) fn begin_snapshot(&self, i: usize) -> Result<Arc<Snapshot>> {
+        loop {
+            self.catch_up()?;
+            if let Some(snap) = self.readers.begin(i, self.lock().map(|l| &**l))? {
+                return Ok(snap);
+            }
+        }
+    }
+
+    /// If another process published a commit newer than this process's newest snapshot,
+    /// read its meta from the file and make it the snapshot new readers get. A no-op in the
+    /// process that holds the writer lock (nobody else commits). One atomic load when there
+    /// is nothing to do.
+    pub(crate) fn catch_up(&self) -> Result<()> {
+        let Some(lock) = self.lock() else {
+            return Ok(());
+        };
+        match lock.file.committed_txid() {
+            Some(k) if k > self.readers.published() => {}
+            _ => return Ok(()),
+        }
+        let _g = lock.catch_up.lock();
+        let mut last = 0;
+        // The writer may be rewriting the slot for a newer commit: then the txid moves on.
+        for _ in 0..100_000 {
+            let Some(k) = lock.file.committed_txid() else {
+                return Ok(());
+            };
+            if k <= self.readers.published() {
+                return Ok(());
+            }
+            last = k;
+            if let Some(meta) = self.pager.read_meta_of(k)? {
+                self.publish(meta);
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+        Err(Error::LockFile {
+            path: lock.file.path().to_path_buf(),
+            reason: format!(
+                "the lock file names commit {last} as the newest, but the database holds no such                  meta page (was the database file replaced while in use?)"
+            ),
+        })
+    }
+
+    /// The newest snapshot and the oldest txid any reader holds, in this process or (through
+    /// the lock file) any other. The snapshot is read first: the scan then sees every reader
+    /// that could hold anything older (readers.rs; docs/format.md, "The lock file").
     pub(crate) fn snapshot_and_oldest_reader(&self) -> (Arc<Snapshot>, Option<TxId>) {
         let current = self.readers.current();
-        let (oldest, _) = self.readers.oldest();
+        let (mut oldest, _) = self.readers.oldest();
+        if let Some(lock) = self.lock() {
+            let mut other = lock.file.oldest_reader();
+            if other.is_some_and(|o| o < current.meta.txid && oldest.is_none_or(|m| o < m)) {
+                // Something older than this process's readers: a reader of another process,
+                // or one that died. Clear dead slots (one fcntl each) and look again.
+                let _ = lock.file.clear_stale();
+                other = lock.file.oldest_reader();
+            }
+            oldest = match (oldest, other) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
         (current, oldest)
+    }
+
+    /// Tell other processes about what is on disk: the newest commit whose meta is written,
+    /// and the newest durable one. Every commit of this process up to `st.on_disk()` has its
+    /// meta in the file by now.
+    pub(crate) fn publish_on_disk(&self, st: &DurableState) {
+        if let Some(lock) = self.lock() {
+            if lock.held() {
+                lock.file.publish_committed(st.on_disk());
+                lock.file.publish_durable(st.durable);
+            }
+        }
+    }
+
+    /// Release the cross-process writer lock if every commit of this process is on disk.
+    /// Caller holds the in-process writer lock.
+    pub(crate) fn release_writer_if_on_disk(&self) {
+        if let Some(lock) = self.lock() {
+            if lock.held() {
+                let st = self.durability.lock();
+                if st.on_disk() >= st.committed.txid {
+                    self.publish_on_disk(&st);
+                    lock.release();
+                }
+            }
+        }
+    }
+
+    /// Caller just took the cross-process writer lock, holding the in-process one (`w`): if
+    /// another process committed since this process's newest commit, rebuild the writer's
+    /// state from the file. Every commit of that process is on disk (it released the lock
+    /// only then) or lost with it (it died), so the file's newest meta is the state to build
+    /// on; it is synced first unless the lock file says it is durable.
+    pub(crate) fn reload_if_changed(&self, w: &mut WriterState) -> Result<()> {
+        let Some(lock) = self.lock() else {
+            return Ok(());
+        };
+        let known = self.durability.lock().committed.txid;
+        let k = lock.file.committed_txid();
+        if k.is_some_and(|k| k <= known) {
+            return Ok(());
+        }
+        if k.is_none() {
+            // Nobody published since the lock file was made (this process opened read-only
+            // first): what this process opened at is on disk.
+            lock.file.publish_committed(known);
+            return Ok(());
+        }
+        let meta = self.pager.read_newest_meta()?;
+        if lock.file.durable_txid().is_none_or(|d| d < meta.txid) {
+            self.pager.sync()?;
+        }
+        let map = self.pager.map();
+        // Readers (here or elsewhere) of snapshots older than the file's newest may still
+        // reach pages its free map calls free: hold all of them until they are gone.
+        let oldest = {
+            let (_, oldest) = self.snapshot_and_oldest_reader();
+            oldest
+        };
+        let pinned_by = oldest.is_some_and(|o| o < meta.txid).then_some(meta.txid);
+        let mut free = larch_freelist::FreeSpace::new(self.opts.policy);
+        crate::freemap::load(
+            &crate::view::View::new(&map, &meta, self.opts.verify_checksums),
+            &meta,
+            &mut free,
+            pinned_by,
+        )?;
+        *w = WriterState {
+            free,
+            reader_pinned: Default::default(),
+            trigger: Default::default(),
+        };
+        {
+            let mut st = self.durability.lock();
+            *st = DurableState::new(meta);
+            lock.file.publish_committed(meta.txid);
+            lock.file.publish_durable(meta.txid);
+        }
+        self.durable_txid.store(meta.txid, Ordering::Release);
+        if meta.txid > self.readers.published() {
+            self.publish(meta);
+        }
+        Ok(())
     }
 
     /// Make `meta` the snapshot new readers get.
@@ -129,6 +285,10 @@ impl OpenFile {
     /// regrow. Only with the writer lock held: a write transaction in progress may have
     /// written past the mark. A failure only leaves the file long.
     pub(crate) fn trim_to_durable(&self, st: &DurableState) {
+        if self.lock().is_some_and(|l| !l.held()) {
+            // Another process may be writing: this process's state may be stale.
+            return;
+        }
         let Some(hwm) = st.durable_high_water() else {
             return;
         };
@@ -180,9 +340,12 @@ impl OpenFile {
                 }
                 if st.durable < txid {
                     st.sync_all(self)?;
+                    self.publish_on_disk(&st);
                 }
                 if writer.is_some() {
                     self.trim_to_durable(&st);
+                    drop(st);
+                    self.release_writer_if_on_disk();
                 }
                 return Ok(());
             }
@@ -205,15 +368,40 @@ impl Drop for OpenFile {
     fn drop(&mut self) {
         // Close makes Async commits durable; errors have nowhere to go (call Db::sync to see them).
         let retired = self.retired.load(Ordering::Acquire);
-        if !self.pager.read_only() && !self.pager.is_poisoned() && !retired {
-            let _w = self.writer.lock();
-            let mut st = self.durability.lock();
-            if st.sync_all(self).is_ok() {
+        if self.pager.read_only() || self.pager.is_poisoned() || retired {
+            return;
+        }
+        let _w = self.writer.lock();
+        let mut alone = true;
+        if let Some(lock) = self.lock() {
+            // Without the writer lock this process has nothing unsynced (it keeps the lock
+            // while it does) and must not write: another process may be writing.
+            if !matches!(lock.acquire(false), Ok(true)) {
+                return;
+            }
+            let known = self.durability.lock().committed.txid;
+            if lock.file.committed_txid().is_some_and(|k| k > known) {
+                // Another process wrote since: this process's state is stale, and its own
+                // commits are all on disk.
+                lock.release();
+                return;
+            }
+            alone = !lock.file.others_attached().unwrap_or(true);
+        }
+        let mut st = self.durability.lock();
+        if st.sync_all(self).is_ok() {
+            self.publish_on_disk(&st);
+            if alone {
                 self.trim_to_durable(&st);
-                // A clean close: the newest commit is durable; say so in the older meta, so a
-                // later mismatch of its pages reads as damage, not a torn commit.
+                // A clean close: the newest commit is durable; say so in the older meta, so
+                // a later mismatch of its pages reads as damage, not a torn commit. Not
+                // while others have the file open: they may be reading that meta.
                 let _ = self.pager.mark_closed_at(st.committed.txid);
             }
+        }
+        drop(st);
+        if let Some(lock) = self.lock() {
+            lock.release();
         }
     }
 }

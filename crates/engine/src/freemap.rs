@@ -75,7 +75,9 @@ pub fn unreachable_runs(view: &View<'_>, meta: &Meta) -> Result<Vec<(PageId, u64
 }
 
 /// Fill `free` from the free map at open: with no reader and a durable meta, every
-/// unreachable page is reusable.
+/// unreachable page is reusable. `pinned_by: Some(t)`: readers may hold snapshots older than
+/// the meta `t` (another process wrote it, process.rs), so every unreachable page waits, as
+/// if commit `t` freed it, until none is older.
 ///
 /// The writer will overwrite what this says is free, so a damaged free map would destroy live
 /// data: every free-map page's checksum is verified (whatever `verify_checksums` says; the free
@@ -83,7 +85,12 @@ pub fn unreachable_runs(view: &View<'_>, meta: &Meta) -> Result<Vec<(PageId, u64
 /// them may be reachable from the meta. That last check walks every tree (walk.rs): a free map
 /// can be whole, consistent with the counters and still wrong (a bug that lost a bit, a crafted
 /// file), and only reachability says which pages are really free.
-pub fn load(view: &View<'_>, meta: &Meta, free: &mut FreeSpace) -> Result<()> {
+pub fn load(
+    view: &View<'_>,
+    meta: &Meta,
+    free: &mut FreeSpace,
+    pinned_by: Option<crate::TxId>,
+) -> Result<()> {
     let checked = View {
         verify: true,
         ..*view
@@ -116,7 +123,11 @@ pub fn load(view: &View<'_>, meta: &Meta, free: &mut FreeSpace) -> Result<()> {
         }
     }
     for (p, n) in runs {
-        free.policy.insert(p, n);
+        match pinned_by {
+            // Readers of older snapshots may reach these: reusable once none is older.
+            Some(t) => free.free(t, p, n),
+            None => free.policy.insert(p, n),
+        }
     }
     Ok(())
 }

@@ -27,6 +27,7 @@ mod mutate;
 mod node;
 mod node_page;
 mod options;
+mod process;
 mod read;
 mod readers;
 mod relocate;
@@ -49,6 +50,7 @@ pub use fs::{CompactionFs, RealFs};
 #[cfg(feature = "test-hooks")]
 pub use larch_pager::{FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode, DEFAULT_MAX_UNSYNCED_BYTES};
+pub use process::{clear_stale_readers, readers, ReaderSlot};
 pub use read::{OwnedReadTree, ReadTree, ReadTx};
 pub use stats::{Stats, TreeStats};
 pub use typed::{

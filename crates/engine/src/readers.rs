@@ -21,7 +21,15 @@
 //!   a txid >= X. Pages freed by txids <= X are not in the tree of X or any newer commit.
 //!
 //! Either way the writer's "oldest reader or, if none, X" bounds every snapshot a reader can
-//! still hold or take. `OpenFile::begin_read` and the snapshot cache of `Db::begin_read`
+//! still hold or take.
+//!
+//! ## Other processes
+//!
+//! With a lock file (process.rs), each shard also owns one reader slot there, holding the
+//! oldest txid its readers hold, so that writers in other processes see them. Registering a
+//! txid lower than the slot holds stores it first and then re-checks the lock file's published
+//! commit, as LMDB's readers do ([`ReaderTable::register`]; the proof is in docs/format.md,
+//! "The lock file"). Raising or clearing the slot at the end of a read needs no check. `OpenFile::begin_read` and the snapshot cache of `Db::begin_read`
 //! (`SnapshotCache`) both register inside the shard's critical section.
 
 use std::cell::Cell;
@@ -34,6 +42,7 @@ use larch_pager::{Map, Meta, TreeRoot};
 
 use crate::error::Result;
 use crate::file::{OpenFile, Shared, Snapshot};
+use crate::process::ProcessLock;
 use crate::TxId;
 
 /// Shards of the reader table. More than the threads that read at once on this class of
@@ -70,6 +79,11 @@ pub(crate) fn shard_index() -> usize {
 #[derive(Debug, Default)]
 pub(crate) struct ShardReaders {
     held: Vec<(TxId, usize)>,
+    /// With a lock file: this shard's reader slot there (claimed at its first reader), which
+    /// holds the oldest txid of `held` so that writers in other processes see it.
+    slot: Option<larch_pager::SlotHandle>,
+    /// What `slot` holds.
+    slot_min: Option<TxId>,
 }
 
 impl ShardReaders {
@@ -140,24 +154,68 @@ impl ReaderTable {
         &self.shards[i].0
     }
 
-    /// Register a reader of the newest snapshot in shard `i` and return that snapshot.
-    pub(crate) fn begin(&self, i: usize) -> Arc<Snapshot> {
+    /// Register a reader of the newest snapshot in shard `i` and return that snapshot;
+    /// `None` if another process published a newer commit meanwhile (catch up, then retry).
+    pub(crate) fn begin(
+        &self,
+        i: usize,
+        lock: Option<&ProcessLock>,
+    ) -> Result<Option<Arc<Snapshot>>> {
         let mut s = self.shard(i).lock();
         let snap = self.current();
-        s.add(snap.meta.txid);
-        snap
+        Ok(Self::register(&mut s, snap.meta.txid, lock)?.then_some(snap))
     }
 
-    /// Register a reader of `txid` in a shard the caller holds locked.
+    /// Register a reader of `txid` in a shard the caller holds locked. With a lock file, a
+    /// txid older than what the shard's slot holds is stored there first and the published
+    /// commit re-checked (the reader protocol, docs/format.md "The lock file"): if another
+    /// process published a newer commit, nothing is registered and this returns false.
     #[inline]
-    pub(crate) fn register(s: &mut ShardReaders, txid: TxId) {
+    pub(crate) fn register(
+        s: &mut ShardReaders,
+        txid: TxId,
+        lock: Option<&ProcessLock>,
+    ) -> Result<bool> {
+        if let Some(lock) = lock {
+            let cur = s.slot_min;
+            if cur.is_none_or(|m| txid < m) {
+                if s.slot.is_none() {
+                    s.slot = Some(lock.file.claim_slot()?);
+                }
+                let slot = s.slot.as_ref().expect("claimed above");
+                slot.begin(txid);
+                if lock.file.committed_txid().is_some_and(|k| k > txid) {
+                    match cur {
+                        Some(m) => slot.begin(m),
+                        None => slot.end(),
+                    }
+                    return Ok(false);
+                }
+                s.slot_min = Some(txid);
+            }
+        }
         s.add(txid);
+        Ok(true)
     }
 
     /// End a reader of `txid` registered in shard `i`.
     #[inline]
     pub(crate) fn end(&self, i: usize, txid: TxId) {
-        self.shard(i).lock().remove(txid);
+        let mut s = self.shard(i).lock();
+        s.remove(txid);
+        if s.slot_min.is_some() {
+            let min = s.held.iter().map(|&(t, _)| t).min();
+            if min != s.slot_min {
+                if let Some(slot) = s.slot.as_ref() {
+                    match min {
+                        // Only ever raised here: no re-check needed.
+                        Some(m) => slot.begin(m),
+                        None => slot.end(),
+                    }
+                }
+                s.slot_min = min;
+            }
+        }
     }
 
     /// The oldest txid any reader holds, and how many readers there are.
@@ -241,10 +299,12 @@ impl SnapshotCache {
             let open_file = &rs.open_file;
             // A retired file is only read by snapshots that began before the switch.
             if !open_file.retired.load(Ordering::Acquire) && !open_file.pager.is_poisoned() {
+                open_file.catch_up()?;
                 let mut s = open_file.readers.shard(i).lock();
                 // Checked under the shard lock: see the module docs.
-                if open_file.readers.published() == rs.meta.txid {
-                    ReaderTable::register(&mut s, rs.meta.txid);
+                if open_file.readers.published() == rs.meta.txid
+                    && ReaderTable::register(&mut s, rs.meta.txid, open_file.lock().map(|l| &**l))?
+                {
                     return Ok((rs.clone(), i));
                 }
             }
@@ -254,7 +314,7 @@ impl SnapshotCache {
             // After a failed sync the file's contents are unknown: refuse to read from it.
             open_file.pager.check_writable()?;
         }
-        let snap = open_file.readers.begin(i);
+        let snap = open_file.begin_snapshot(i)?;
         let rs = Arc::new(ReadSnap::new(open_file, &snap));
         *cached = Some(rs.clone());
         Ok((rs, i))

@@ -126,23 +126,45 @@ impl std::fmt::Debug for Txn {
 }
 
 impl Txn {
-    pub(crate) fn begin(shared: &Arc<Shared>) -> Result<Txn> {
+    /// Begin the write transaction. `wait == false`: fail with `WriterBusy` instead of
+    /// waiting for another transaction (of this process or another).
+    pub(crate) fn begin(shared: &Arc<Shared>, wait: bool) -> Result<Txn> {
         // Wait for the writer lock of the current file; if background compaction replaced the
         // file meanwhile, start over on the new one.
-        shared
-            .compaction
-            .throttle(|| shared.current_file().pager.file_len());
+        if wait {
+            shared
+                .compaction
+                .throttle(|| shared.current_file().pager.file_len());
+        }
+        let busy = || Error::WriterBusy {
+            path: shared.path.clone(),
+        };
         let (db, mut writer) = loop {
             let db = shared.current_file();
             db.pager.check_writable()?;
-            db.waiting_writers.fetch_add(1, Ordering::AcqRel);
-            let writer = db.writer.lock_arc();
-            db.waiting_writers.fetch_sub(1, Ordering::AcqRel);
+            let writer = if wait {
+                db.waiting_writers.fetch_add(1, Ordering::AcqRel);
+                let writer = db.writer.lock_arc();
+                db.waiting_writers.fetch_sub(1, Ordering::AcqRel);
+                writer
+            } else {
+                db.writer.try_lock_arc().ok_or_else(busy)?
+            };
             if !db.retired.load(Ordering::Acquire) {
                 break (db, writer);
             }
         };
         db.pager.check_writable()?;
+        if let Some(lock) = db.lock() {
+            // One writer across processes; then catch up with what other processes wrote.
+            if !lock.acquire(wait)? {
+                return Err(busy());
+            }
+            if let Err(e) = db.reload_if_changed(&mut writer) {
+                db.release_writer_if_on_disk();
+                return Err(e);
+            }
+        }
         let (base, oldest) = db.snapshot_and_oldest_reader();
         // Pages freed by T may be overwritten once no reader is older than T and T is durable
         // (docs/format.md, invariant 1).
@@ -450,6 +472,8 @@ impl Txn {
         let deferred = {
             let mut st = self.db.durability.lock();
             let deferred = st.commit_meta(&self.db, meta, durability, &freed, &manifest)?;
+            // Other processes may read what has its meta on disk now.
+            self.db.publish_on_disk(&st);
             // This transaction's writes are done: the file may shrink to a durable mark.
             self.db.trim_to_durable(&st);
             deferred
@@ -565,6 +589,8 @@ impl Drop for Txn {
         if !self.done {
             self.rollback();
         }
+        // Still holding the in-process writer lock (a field, dropped after this).
+        self.db.release_writer_if_on_disk();
     }
 }
 
@@ -645,8 +671,8 @@ struct Saved {
 }
 
 impl<'db> WriteTx<'db> {
-    pub(crate) fn begin(shared: &'db Arc<Shared>) -> Result<WriteTx<'db>> {
-        let txn = Txn::begin(shared)?;
+    pub(crate) fn begin(shared: &'db Arc<Shared>, wait: bool) -> Result<WriteTx<'db>> {
+        let txn = Txn::begin(shared, wait)?;
         Ok(WriteTx {
             base: txn.base.clone(),
             verify: txn.db.opts.verify_checksums,

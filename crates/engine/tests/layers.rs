@@ -17,6 +17,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "transactions and commit",
         &[
             "file",
+            "process",
             "compaction_state",
             "alloc",
             "mutate",

@@ -1,0 +1,716 @@
+//! Several processes on one file (docs/format.md, "Several processes"): real child processes
+//! read and write the same database as the test.
+//!
+//! The children are this test binary itself, re-executed to run the ignored test `child`,
+//! which does nothing unless `LARCH_MP_ROLE` names a role. Children print one word per step
+//! on stdout (`held 7`, `verified`, `done`); the parent waits for those words and kills
+//! children with SIGKILL where the test says so. `LARCH_MP_ROUNDS` scales the long tests.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use larch::{Db, Durability, Error, Options};
+use larch_testkit::Rng;
+
+const ACCOUNTS: u64 = 100;
+const START_BALANCE: u64 = 1_000;
+const TOTAL: u64 = ACCOUNTS * START_BALANCE;
+
+fn rounds() -> u64 {
+    std::env::var("LARCH_MP_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Forks copy every descriptor until the child execs; spawning one child at a time keeps a
+/// lock held by a closing handle of another test from lingering in a half-born child.
+static SPAWN: Mutex<()> = Mutex::new(());
+
+struct Kid {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: BufReader<ChildStdout>,
+    role: String,
+}
+
+fn spawn(role: &str, db: &Path, env: &[(&str, String)]) -> Kid {
+    let _g = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child", "--nocapture", "--include-ignored"])
+        .env("LARCH_MP_ROLE", role)
+        .env("LARCH_MP_DB", db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn child");
+    let stdin = child.stdin.take();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    Kid {
+        child,
+        stdin,
+        out,
+        role: role.to_string(),
+    }
+}
+
+impl Kid {
+    /// The next line the child prints that starts with `word`; panics if it exits first.
+    fn expect(&mut self, word: &str) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.out.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "child {} exited before printing {word:?}: {:?}",
+                self.role,
+                self.child.wait()
+            );
+            if line.starts_with(word) {
+                return line.trim().to_string();
+            }
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        let w = self.stdin.as_mut().unwrap();
+        writeln!(w, "{line}").unwrap();
+        w.flush().unwrap();
+    }
+
+    fn kill(mut self) {
+        // Child::kill sends SIGKILL on Unix.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn wait_ok(mut self) {
+        drop(self.stdin.take());
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "child {} failed: {st:?}", self.role);
+    }
+}
+
+/// A scratch directory (removed when dropped) and a database path in it.
+fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = larch_testkit::scratch_dir();
+    let path = dir.path().join(format!("{name}.larch"));
+    (dir, path)
+}
+
+fn account(i: u64) -> Vec<u8> {
+    format!("acct-{i:04}").into_bytes()
+}
+
+fn balances(db: &Db) -> BTreeMap<Vec<u8>, u64> {
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("bank").unwrap();
+    t.iter()
+        .unwrap()
+        .map(|e| {
+            let (k, v) = e.unwrap();
+            (k.to_vec(), u64::from_le_bytes(v.try_into().unwrap()))
+        })
+        .collect()
+}
+
+fn new_bank(path: &Path) -> Db {
+    let db = Db::open(path, Options::default()).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("bank").unwrap();
+        for i in 0..ACCOUNTS {
+            t.insert(&account(i), &START_BALANCE.to_le_bytes()).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    db
+}
+
+fn durability_of(s: &str) -> Durability {
+    Durability::from_name(s).unwrap_or(Durability::Sync)
+}
+
+/// One transfer (and, every few, a large value rewritten so pages are freed and reused).
+fn transfer(db: &Db, rng: &mut Rng, n: u64) {
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("bank").unwrap();
+        let a = rng.below(ACCOUNTS);
+        let b = rng.below(ACCOUNTS);
+        let ka = account(a);
+        let kb = account(b);
+        let va = u64::from_le_bytes(t.get(&ka).unwrap().unwrap().try_into().unwrap());
+        let amount = rng.below(va + 1);
+        t.insert(&ka, &(va - amount).to_le_bytes()).unwrap();
+        let vb = u64::from_le_bytes(t.get(&kb).unwrap().unwrap().try_into().unwrap());
+        t.insert(&kb, &(vb + amount).to_le_bytes()).unwrap();
+    }
+    if n % 4 == 0 {
+        let mut pad = tx.open_tree("pad").unwrap();
+        pad.insert(b"big", &vec![n as u8; 9000]).unwrap();
+        pad.insert(&(n % 64).to_be_bytes(), &vec![1u8; 300])
+            .unwrap();
+    }
+    tx.commit().unwrap();
+}
+
+/// The child processes' body.
+#[test]
+#[ignore = "run by the other tests of this file as a child process"]
+fn child() {
+    let Ok(role) = std::env::var("LARCH_MP_ROLE") else {
+        return;
+    };
+    let path = PathBuf::from(std::env::var("LARCH_MP_DB").unwrap());
+    let env_u64 = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let dur = durability_of(&std::env::var("LARCH_MP_DUR").unwrap_or_default());
+    match role.as_str() {
+        "bank_writer" => {
+            // Transfers until told to stop (a line on stdin), at least LARCH_MP_N of them.
+            let db = Db::open(&path, Options::default().durability(dur)).unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let s = stop.clone();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let _ = std::io::stdin().read_line(&mut line);
+                s.store(true, std::sync::atomic::Ordering::Release);
+            });
+            let mut rng = Rng(env_u64("LARCH_MP_SEED", 1));
+            let min = env_u64("LARCH_MP_N", 1000);
+            let mut n = 0;
+            while n < min || !stop.load(std::sync::atomic::Ordering::Acquire) {
+                transfer(&db, &mut rng, n);
+                if dur == Durability::Async && n % 16 == 15 {
+                    db.sync().unwrap();
+                }
+                n += 1;
+            }
+            db.sync().unwrap();
+            println!("done {n}");
+        }
+        "bank_reader" => {
+            let db = Db::open(
+                &path,
+                Options::default().read_only(true).verify_checksums(true),
+            )
+            .unwrap();
+            let mut txids = std::collections::BTreeSet::new();
+            let mut reads = 0u64;
+            println!("ready");
+            loop {
+                let rx = db.begin_read().unwrap();
+                let t = rx.open_tree("bank").unwrap();
+                let mut sum = 0;
+                let mut n = 0;
+                for e in t.iter().unwrap() {
+                    let (_, v) = e.unwrap();
+                    sum += u64::from_le_bytes(v.try_into().unwrap());
+                    n += 1;
+                }
+                assert_eq!((n, sum), (ACCOUNTS, TOTAL), "snapshot {}", rx.txid());
+                if let Ok(pad) = rx.open_tree("pad") {
+                    if let Some(v) = pad.get(b"big").unwrap() {
+                        assert!(v.iter().all(|&b| b == v[0]), "a torn value");
+                    }
+                }
+                txids.insert(rx.txid());
+                reads += 1;
+                let stop = rx
+                    .open_tree("ctl")
+                    .ok()
+                    .is_some_and(|c| c.get(b"stop").unwrap().is_some());
+                if stop {
+                    break;
+                }
+            }
+            println!("reads {reads} snapshots {}", txids.len());
+        }
+        "hold" => {
+            // Hold one snapshot; on "verify" check it is still round 0; on "latest" read the
+            // newest commit and print what it holds.
+            let db = Db::open(
+                &path,
+                Options::default().read_only(true).verify_checksums(true),
+            )
+            .unwrap();
+            let rx = db.begin_read().unwrap();
+            let expect: Vec<(Vec<u8>, Vec<u8>)> = rx
+                .open_tree("t")
+                .unwrap()
+                .iter()
+                .unwrap()
+                .map(|e| {
+                    let (k, v) = e.unwrap();
+                    (k.to_vec(), v.to_vec())
+                })
+                .collect();
+            println!("held {}", rx.txid());
+            let mut lines = std::io::stdin().lock().lines();
+            while let Some(Ok(cmd)) = lines.next() {
+                match cmd.as_str() {
+                    "verify" => {
+                        let t = rx.open_tree("t").unwrap();
+                        let now: Vec<(Vec<u8>, Vec<u8>)> = t
+                            .iter()
+                            .unwrap()
+                            .map(|e| {
+                                let (k, v) = e.unwrap();
+                                (k.to_vec(), v.to_vec())
+                            })
+                            .collect();
+                        assert!(now == expect, "the held snapshot changed under the reader");
+                        println!("verified {}", now.len());
+                    }
+                    "latest" => {
+                        let r = db.begin_read().unwrap();
+                        let t = r.open_tree("t").unwrap();
+                        let mut n = 0;
+                        let mut bytes = 0;
+                        for e in t.iter().unwrap() {
+                            let (_, v) = e.unwrap();
+                            n += 1;
+                            bytes += v.len();
+                        }
+                        println!("latest {} {n} {bytes}", r.txid());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        "write_and_hang" => {
+            let db = Db::open(&path, Options::default()).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in 0..500u32 {
+                    t.insert(&i.to_be_bytes(), &vec![7u8; 5000]).unwrap();
+                }
+            }
+            println!("inside");
+            std::thread::sleep(Duration::from_secs(120));
+        }
+        "alternate" => {
+            let db = Db::open(&path, Options::default().durability(dur)).unwrap();
+            let id = env_u64("LARCH_MP_ID", 0);
+            println!("ready");
+            for i in 0..env_u64("LARCH_MP_N", 100) {
+                let tx = db.begin_write().unwrap();
+                {
+                    let mut t = tx.open_tree("t").unwrap();
+                    let n = t
+                        .get(b"counter")
+                        .unwrap()
+                        .map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()));
+                    t.insert(b"counter", &(n + 1).to_le_bytes()).unwrap();
+                    t.insert(format!("w{id}-{i:05}").as_bytes(), &vec![id as u8; 700])
+                        .unwrap();
+                }
+                tx.commit().unwrap();
+                if dur == Durability::Async && i % 10 == 9 {
+                    db.sync().unwrap();
+                }
+            }
+            db.sync().unwrap();
+            println!("done");
+        }
+        "get" => {
+            let db = Db::open(&path, Options::default().read_only(true)).unwrap();
+            let rx = db.begin_read().unwrap();
+            let v = rx
+                .open_tree("t")
+                .ok()
+                .and_then(|t| t.get(b"k").unwrap().map(|v| v.to_vec()));
+            match v {
+                Some(v) => println!("value {}", String::from_utf8_lossy(&v)),
+                None => println!("value none"),
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn bank_transfers_stay_consistent_in_reader_processes_killed_at_random() {
+    let (_dir, path) = scratch("bank");
+    let db = new_bank(&path);
+    let mut writer = spawn(
+        "bank_writer",
+        &path,
+        &[
+            ("LARCH_MP_N", "500".into()),
+            ("LARCH_MP_DUR", "sync".into()),
+        ],
+    );
+    let mut readers: Vec<Kid> = (0..3).map(|_| spawn("bank_reader", &path, &[])).collect();
+    for r in &mut readers {
+        r.expect("ready");
+    }
+    let mut rng = Rng(7);
+    // Kill a reader now and then while the writer runs, and start another.
+    for _ in 0..8 * rounds() {
+        std::thread::sleep(Duration::from_millis(20 + rng.below(60)));
+        let i = rng.below(readers.len() as u64) as usize;
+        let victim = readers.swap_remove(i);
+        victim.kill();
+        let mut r = spawn("bank_reader", &path, &[]);
+        r.expect("ready");
+        readers.push(r);
+    }
+    writer.say("stop");
+    let done = writer.expect("done");
+    writer.wait_ok();
+    let commits: u64 = done.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(commits >= 500, "{done}");
+    // This process reads the same invariant.
+    let b = balances(&db);
+    assert_eq!(b.len() as u64, ACCOUNTS);
+    assert_eq!(b.values().sum::<u64>(), TOTAL);
+    // Stop the live readers; each must have seen several snapshots, all consistent.
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("ctl").unwrap().insert(b"stop", b"1").unwrap();
+    tx.commit().unwrap();
+    for mut r in readers {
+        let line = r.expect("reads");
+        let reads: u64 = line.split(' ').nth(1).unwrap().parse().unwrap();
+        assert!(reads > 0, "{line}");
+        r.wait_ok();
+    }
+    // Killed readers left slots with old snapshots: this writer clears them and reuses the
+    // pages; the file stops growing.
+    let mut rng = Rng(99);
+    for i in 0..300 {
+        transfer(&db, &mut rng, i);
+    }
+    let len_before = std::fs::metadata(&path).unwrap().len();
+    for i in 300..1500 {
+        transfer(&db, &mut rng, i);
+    }
+    let len_after = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        len_after <= len_before + (1 << 20),
+        "the file kept growing after the readers died: {len_before} -> {len_after}"
+    );
+    assert!(
+        larch::readers(&path).unwrap().iter().all(|r| r.alive),
+        "dead readers' slots were not cleared"
+    );
+    db.check().unwrap();
+    let b = balances(&db);
+    assert_eq!(b.values().sum::<u64>(), TOTAL);
+}
+
+#[test]
+fn a_reader_process_keeps_its_snapshot_across_overwrites_growth_and_compaction() {
+    let (_dir, path) = scratch("hold");
+    let db = Db::open(&path, Options::default()).unwrap();
+    let value = |round: u8, i: u32| vec![round.wrapping_add(i as u8); 1000];
+    let write_round = |round: u8| {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..200u32 {
+                t.insert(&i.to_be_bytes(), &value(round, i)).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    };
+    write_round(0);
+    let mut kid = spawn("hold", &path, &[]);
+    let held: u64 = kid
+        .expect("held")
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(held, db.begin_read().unwrap().txid());
+    for round in 1..=5 {
+        write_round(round);
+    }
+    assert_eq!(kid.say_and("verify", "verified"), "verified 200");
+    // Grow the file well past its first map reservation.
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 1000..5000u32 {
+            t.insert(&i.to_be_bytes(), &vec![3u8; 4000]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    let newest = db.begin_read().unwrap().txid();
+    let latest = kid.say_and("latest", "latest");
+    assert_eq!(
+        latest,
+        format!("latest {newest} 4200 {}", 200 * 1000 + 4000 * 4000)
+    );
+    assert_eq!(kid.say_and("verify", "verified"), "verified 200");
+    // Delete most of it and compact in place while the old snapshot is held.
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("t")
+        .unwrap()
+        .remove_range(&1000u32.to_be_bytes()[..]..)
+        .unwrap();
+    tx.commit().unwrap();
+    db.compact().unwrap();
+    assert_eq!(kid.say_and("verify", "verified"), "verified 200");
+    let newest = db.begin_read().unwrap().txid();
+    assert_eq!(
+        kid.say_and("latest", "latest"),
+        format!("latest {newest} 200 200000")
+    );
+    let len_held = std::fs::metadata(&path).unwrap().len();
+    kid.kill();
+    // With the reader gone (dead, its slot cleared by the writer), compaction can move
+    // everything the old snapshot pinned.
+    db.compact().unwrap();
+    let len_free = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        len_free < len_held,
+        "compaction after the reader died freed nothing: {len_held} -> {len_free}"
+    );
+    db.check().unwrap();
+}
+
+impl Kid {
+    fn say_and(&mut self, cmd: &str, word: &str) -> String {
+        self.say(cmd);
+        self.expect(word)
+    }
+}
+
+#[test]
+fn a_writer_process_killed_inside_its_transaction_releases_the_lock_and_its_pages() {
+    let (_dir, path) = scratch("killed-writer");
+    let db = Db::open(&path, Options::default()).unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("t").unwrap().insert(b"before", b"1").unwrap();
+    tx.commit().unwrap();
+    let len0 = std::fs::metadata(&path).unwrap().len();
+    for round in 0..3 {
+        let mut kid = spawn("write_and_hang", &path, &[]);
+        kid.expect("inside");
+        // The child holds the write transaction: this process may read but not write.
+        assert!(matches!(
+            db.try_begin_write(),
+            Err(Error::WriterBusy { .. })
+        ));
+        assert_eq!(
+            db.begin_read()
+                .unwrap()
+                .open_tree("t")
+                .unwrap()
+                .get(b"before")
+                .unwrap(),
+            Some(&b"1"[..])
+        );
+        kid.kill();
+        // The lock died with it; nothing it wrote is visible, and its pages are free again.
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            assert_eq!(t.len().unwrap(), 1 + round);
+            t.insert(format!("after{round}").as_bytes(), b"2").unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    db.check().unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    // Each child wrote ~2.5 MB of overflow values past the end; the file may have grown for
+    // the first, but the later ones reuse that space (or it is trimmed).
+    assert!(
+        len < len0 + (8 << 20),
+        "uncommitted pages of dead writers were never reused: {len0} -> {len}"
+    );
+}
+
+#[test]
+fn two_writer_processes_alternate_under_every_durability() {
+    for dur in ["sync", "nometasync", "async"] {
+        let (_dir, path) = scratch(&format!("alternate-{dur}"));
+        drop(Db::open(&path, Options::default()).unwrap());
+        let n = 150 * rounds();
+        let mut kids: Vec<Kid> = (0..2)
+            .map(|id| {
+                spawn(
+                    "alternate",
+                    &path,
+                    &[
+                        ("LARCH_MP_ID", id.to_string()),
+                        ("LARCH_MP_N", n.to_string()),
+                        ("LARCH_MP_DUR", dur.to_string()),
+                    ],
+                )
+            })
+            .collect();
+        for k in &mut kids {
+            k.expect("ready");
+        }
+        for mut k in kids {
+            k.expect("done");
+            k.wait_ok();
+        }
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check().unwrap();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_tree("t").unwrap();
+        let counter = u64::from_le_bytes(t.get(b"counter").unwrap().unwrap().try_into().unwrap());
+        assert_eq!(counter, 2 * n, "{dur}: increments were lost");
+        for id in 0..2 {
+            for i in 0..n {
+                let v = t.get(format!("w{id}-{i:05}").as_bytes()).unwrap();
+                assert_eq!(v, Some(&vec![id as u8; 700][..]), "{dur}: w{id}-{i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn other_processes_see_sync_commits_at_once_and_async_ones_from_the_next_sync() {
+    let (_dir, path) = scratch("visibility");
+    let db = Db::open(&path, Options::default().durability(Durability::Async)).unwrap();
+    let put = |v: &str, d: Durability| {
+        let mut tx = db.begin_write().unwrap();
+        tx.set_durability(d);
+        tx.open_tree("t")
+            .unwrap()
+            .insert(b"k", v.as_bytes())
+            .unwrap();
+        tx.commit().unwrap();
+    };
+    let get = || {
+        let mut k = spawn("get", &path, &[]);
+        let v = k.expect("value");
+        k.wait_ok();
+        v
+    };
+    put("one", Durability::Sync);
+    assert_eq!(get(), "value one");
+    put("two", Durability::Async);
+    // Async commits write no meta: another process cannot see them yet.
+    assert_eq!(get(), "value one");
+    db.sync().unwrap();
+    assert_eq!(get(), "value two");
+    put("three", Durability::NoMetaSync);
+    assert_eq!(get(), "value three");
+}
+
+#[test]
+fn a_read_only_process_changes_nothing_in_the_data_file() {
+    let (_dir, path) = scratch("read-only");
+    {
+        let db = Db::open(&path, Options::default()).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
+        tx.commit().unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let mut k = spawn("get", &path, &[]);
+    assert_eq!(k.expect("value"), "value v");
+    k.wait_ok();
+    assert!(std::fs::read(&path).unwrap() == before);
+}
+
+#[test]
+fn a_stale_or_garbage_lock_file_is_rebuilt_and_never_needed_for_the_data() {
+    let (_dir, path) = scratch("stale-lock");
+    {
+        let db = Db::open(&path, Options::default()).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
+        tx.commit().unwrap();
+    }
+    let lock = PathBuf::from(format!("{}-lock", path.display()));
+    // A lock file left by a session that names a commit far ahead, and one of garbage.
+    let mut stale = std::fs::read(&lock).unwrap();
+    stale[40..48].copy_from_slice(&1000u64.to_ne_bytes());
+    for contents in [stale, vec![0xAB; 300], Vec::new()] {
+        std::fs::write(&lock, &contents).unwrap();
+        let db = Db::open(&path, Options::default()).unwrap();
+        let rx = db.begin_read().unwrap();
+        assert_eq!(
+            rx.open_tree("t").unwrap().get(b"k").unwrap(),
+            Some(&b"v"[..])
+        );
+        drop(rx);
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"k2", b"w").unwrap();
+        tx.commit().unwrap();
+        drop(db);
+        let mut k = spawn("get", &path, &[]);
+        assert_eq!(k.expect("value"), "value v");
+        k.wait_ok();
+    }
+    std::fs::remove_file(&lock).unwrap();
+    let db = Db::open(&path, Options::default().read_only(true)).unwrap();
+    db.check().unwrap();
+}
+
+#[test]
+fn a_second_open_in_one_process_is_refused_through_any_name() {
+    let (_dir, path) = scratch("second-open");
+    let db = Db::open(&path, Options::default()).unwrap();
+    let link = path.with_extension("hard");
+    std::fs::hard_link(&path, &link).unwrap();
+    for p in [&path, &link] {
+        for ro in [false, true] {
+            assert!(
+                matches!(
+                    Db::open(p, Options::default().read_only(ro)),
+                    Err(Error::AlreadyOpen { .. })
+                ),
+                "{} read_only={ro}",
+                p.display()
+            );
+        }
+    }
+    drop(db);
+    drop(Db::open(&link, Options::default()).unwrap());
+}
+
+#[test]
+fn readers_lists_other_processes_and_their_snapshots() {
+    let (_dir, path) = scratch("readers");
+    let db = Db::open(&path, Options::default()).unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("t").unwrap().insert(b"a", b"1").unwrap();
+    tx.commit().unwrap();
+    let mut kid = spawn("hold", &path, &[]);
+    let held: u64 = kid
+        .expect("held")
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    for _ in 0..3 {
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"a", b"2").unwrap();
+        tx.commit().unwrap();
+    }
+    let pid = kid.child.id();
+    let slots = larch::readers(&path).unwrap();
+    let theirs: Vec<_> = slots.iter().filter(|s| s.pid == pid).collect();
+    assert_eq!(theirs.len(), 1, "{slots:?}");
+    assert_eq!(theirs[0].txid, Some(held));
+    assert_eq!(theirs[0].age, Some(3));
+    assert!(theirs[0].alive);
+    kid.kill();
+    let slots = larch::readers(&path).unwrap();
+    assert!(slots.iter().any(|s| s.pid == pid && !s.alive), "{slots:?}");
+    assert_eq!(larch::clear_stale_readers(&path).unwrap(), 1);
+    assert!(larch::readers(&path).unwrap().iter().all(|s| s.pid != pid));
+}
