@@ -124,7 +124,7 @@ impl Db {
         }
         // This process's own handles first: attaching a second time could wait forever for
         // the writer lock this process holds.
-        let mut claim = match resolved.exists() {
+        let claim = match resolved.exists() {
             true => Some(InodeClaim::claim_path(&resolved, !opts.read_only)?),
             false => None,
         };
@@ -148,6 +148,24 @@ impl Db {
             }
             return Ok(Self::wrap(open_file));
         };
+        let resolved2 = resolved.clone();
+        Self::open_attached(&resolved, opts, popts, lock, Some(claim), move |p| {
+            Ok(Pager::open(&resolved2, p)?)
+        })
+    }
+
+    /// Open through the lock file `lock`: `open_pager` opens the data file with the options
+    /// given. `claim`: `Some` to keep the file open once per process (the claim made before
+    /// attaching, if the file existed); `None` for a test handle that stands for another
+    /// process.
+    fn open_attached(
+        resolved: &Path,
+        opts: Options,
+        mut popts: PagerOptions,
+        lock: Arc<ProcessLock>,
+        mut claim: Option<Option<InodeClaim>>,
+        open_pager: impl FnOnce(PagerOptions) -> Result<(Pager, OpenedMetas)>,
+    ) -> Result<Db> {
         popts.flock = FileLock::Shared;
         // A read-write open builds the writer's state, and the first open after every
         // process detached recovers the file (manifest checks, fsync): both under the writer
@@ -159,17 +177,19 @@ impl Db {
         }
         popts.live = lock.file.committed_txid().is_some();
         let opened_file = (|| -> Result<OpenFile> {
-            let (pager, opened) = Pager::open(&resolved, popts)?;
-            match &claim {
-                Some(c) if c.is_of(pager.file()) => {}
-                _ => {
-                    // Created now, or renamed over since the stat: claim what was opened.
-                    claim = None;
-                    claim = Some(InodeClaim::claim_file(
-                        pager.file(),
-                        !opts.read_only,
-                        &resolved,
-                    )?);
+            let (pager, opened) = open_pager(popts)?;
+            if let Some(claim) = claim.as_mut() {
+                match claim {
+                    Some(c) if c.is_of(pager.file()) => {}
+                    _ => {
+                        // Created now, or renamed over since the stat: claim what was opened.
+                        *claim = None;
+                        *claim = Some(InodeClaim::claim_file(
+                            pager.file(),
+                            !opts.read_only,
+                            resolved,
+                        )?);
+                    }
                 }
             }
             let meta = opened.current;
@@ -200,10 +220,40 @@ impl Db {
         }
         let open_file = opened_file?;
         let _ = open_file.lock.set(lock);
-        if let Some(c) = claim {
+        if let Some(Some(c)) = claim {
             let _ = open_file.inode.set(c);
         }
         Ok(Self::wrap(open_file))
+    }
+
+    /// Open the database at `path` as if from another process: attached to its lock file
+    /// like [`Db::open`], but with writes, syncs and resizes going through `storage`, and
+    /// without the one-open-per-process rule. Two such handles in one test behave as two
+    /// processes (their lock-file locks exclude each other), so the power-cut simulation
+    /// can record both in one log. A test hook: only with the feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
+    pub fn open_with_storage_as_process(
+        path: impl AsRef<Path>,
+        storage: Box<dyn Storage>,
+        opts: Options,
+    ) -> Result<Db> {
+        opts.validate()?;
+        let resolved = larch_pager::resolve_path(path.as_ref())?;
+        let lock = Arc::new(ProcessLock::new(LockFile::open(&resolved, true)?));
+        let popts = PagerOptions {
+            page_size: opts.page_size,
+            write_mode: opts.write_mode,
+            advice: opts.advice,
+            read_only: opts.read_only,
+            create: false,
+            fall_back_on_damage: opts.fall_back_on_damage,
+            flock: FileLock::Shared,
+            live: false,
+        };
+        let r2 = resolved.clone();
+        Self::open_attached(&resolved, opts, popts, lock, None, move |p| {
+            Ok(Pager::open_storage(&r2, storage, p)?)
+        })
     }
 
     fn wrap(open_file: OpenFile) -> Db {
