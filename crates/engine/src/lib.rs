@@ -48,7 +48,7 @@ pub use error::{Error, Problem, Result};
 #[cfg(feature = "test-hooks")]
 pub use fs::{CompactionFs, RealFs};
 #[cfg(feature = "test-hooks")]
-pub use larch_pager::{FileStorage, Storage};
+pub use larch_pager::{set_min_map_reservation, FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode, DEFAULT_MAX_UNSYNCED_BYTES};
 pub use process::{clear_stale_readers, readers, ReaderSlot};
 pub use read::{OwnedReadTree, ReadTree, ReadTx};

@@ -41,7 +41,10 @@ pub use page::{
     page_checksum, raw_page_type, run_checksum, set_page_checksum, set_run_checksum,
     stored_checksum, PageHeader, PageRole, PageType, PAGE_HEADER_SIZE,
 };
-pub use pager::{resolve_path, sync_dir, FileLock, IoCounters, OpenedMetas, Pager, PagerOptions};
+pub use pager::{
+    resolve_path, set_min_map_reservation, sync_dir, FileLock, IoCounters, OpenedMetas, Pager,
+    PagerOptions,
+};
 pub use storage::{FileStorage, Storage, WriteMode};
 
 /// A page number: byte offset / page size. Pages 0 and 1 are the meta pages.

@@ -488,8 +488,20 @@ impl Pager {
 
 /// Address space to reserve for a file of `len` bytes: well ahead, so remaps are rare.
 fn reservation(len: u64) -> usize {
-    let want = len.saturating_mul(2).max(1 << 30).next_power_of_two();
+    let min = MIN_RESERVATION.load(Ordering::Relaxed);
+    let want = len.saturating_mul(2).max(min).next_power_of_two();
     want.min(MAX_FILE_BYTES) as usize
+}
+
+/// The least address space a read map reserves (1 GiB).
+static MIN_RESERVATION: AtomicU64 = AtomicU64::new(1 << 30);
+
+/// Make read maps made from now on reserve at least `bytes` (at least one page) instead of
+/// 1 GiB, so that tests reach the remap on growth (a new map once the file outgrows the
+/// reservation; old snapshots keep theirs) with small files. For tests only.
+#[doc(hidden)]
+pub fn set_min_map_reservation(bytes: u64) {
+    MIN_RESERVATION.store(bytes.max(MAX_PAGE_SIZE as u64), Ordering::Relaxed);
 }
 
 /// Read both meta slots and choose the valid one with the highest txid.
