@@ -716,3 +716,66 @@ fn readers_lists_other_processes_and_their_snapshots() {
     assert_eq!(larch::clear_stale_readers(&path).unwrap(), 1);
     assert!(larch::readers(&path).unwrap().iter().all(|s| s.pid != pid));
 }
+
+#[test]
+fn background_compaction_waits_until_no_other_process_has_the_file_open() {
+    let (_dir, path) = scratch("background");
+    let opts = Options::default()
+        .policy(larch::Policy::Null)
+        .compaction_threshold(Some(0.5))
+        .compaction_min_bytes(0);
+    let db = Db::open(&path, opts).unwrap();
+    let rewrite = |round: u8| {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..3000u32 {
+                t.insert(&i.to_be_bytes(), &[b'a' + round; 5]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    };
+    rewrite(0);
+    // Another process attached: the switch would strand it on the old file, so none starts.
+    let mut kid = spawn("hold", &path, &[]);
+    kid.expect("held");
+    for round in 1..8 {
+        rewrite(round);
+    }
+    // The refusal is reported as the last compaction's outcome.
+    match db.wait_for_compaction() {
+        Err(Error::Compaction(why)) => assert!(why.contains("other processes"), "{why}"),
+        other => panic!("expected a refused compaction, got {other:?}"),
+    }
+    assert_eq!(
+        db.compactions(),
+        0,
+        "a file switch ran with another process attached"
+    );
+    assert!(db.compactions_refused() > 0);
+    // Its snapshot is intact, and it follows this process's commits on the same file.
+    assert_eq!(kid.say_and("verify", "verified"), "verified 3000");
+    let newest = db.begin_read().unwrap().txid();
+    assert_eq!(
+        kid.say_and("latest", "latest"),
+        format!("latest {newest} 3000 15000")
+    );
+    kid.kill();
+    // Alone again: the next commits over the threshold switch files.
+    for round in 8..12 {
+        rewrite(round);
+    }
+    db.wait_for_compaction().unwrap();
+    assert!(db.compactions() >= 1, "no compaction ran once alone");
+    db.check().unwrap();
+    // A process opening now opens the compacted file and sees the newest commit.
+    rewrite(12);
+    let newest = db.begin_read().unwrap().txid();
+    let mut kid = spawn("hold", &path, &[]);
+    assert_eq!(kid.expect("held"), format!("held {newest}"));
+    assert_eq!(
+        kid.say_and("latest", "latest"),
+        format!("latest {newest} 3000 15000")
+    );
+    kid.kill();
+}
