@@ -132,7 +132,9 @@ Example:
 Shows the page size, the txid of the newest valid meta and of the other slot, whether the
 newest is durable, file bytes, high-water mark, live/free/pending pages, dead ratio, trees and
 any meta fallback. A read-only open does not load the free-space state, so free and pending
-are as the engine reports them then; dead_pages is the exact unreachable count.
+are as the engine reports them then; dead_pages is the exact unreachable count. On a live
+database (another process writing) the numbers are one snapshot's, and durable may say yes
+for a NoMetaSync commit whose meta is written but not yet synced.
 
 Examples:
   larch info db.larch
