@@ -31,7 +31,10 @@ Inspect, check, dump/load, edit, compact and benchmark larch database files.
 Exit codes: 0 success; 1 the operation failed or found a problem (corrupt file, key or tree
 not found, check found damage); 2 usage error. Keys and values on the command line are UTF-8
 text unless --hex is given. The default tree is `main`. Read-only commands (get, dump, trees,
-info, stat, check, pages, page, and compact SRC DST for SRC) never modify the file.";
+info, stat, check, pages, page, copy, readers, and compact SRC DST for SRC) never modify the
+database file, and work on a live database, one another process has open and is writing: each
+reads one snapshot (the newest commit when it starts) while commits go on. Every command that
+opens the database attaches to its lock file, `FILE-lock`, creating it if missing.";
 
 const MAIN_EXAMPLES: &str = "\
 Examples:
@@ -42,6 +45,8 @@ Examples:
   larch load copy.larch < backup.tsv  # and back
   larch check db.larch                # prints ok, or each problem (exit 1)
   larch compact db.larch small.larch  # a copy without free pages
+  larch copy db.larch backup.larch    # hot backup of a live database, compacted
+  larch readers db.larch              # who reads which snapshot, in every process
   larch bench --count 10000           # write and read benchmark in a temporary file";
 
 #[derive(Parser, Debug)]
@@ -127,7 +132,9 @@ Example:
 Shows the page size, the txid of the newest valid meta and of the other slot, whether the
 newest is durable, file bytes, high-water mark, live/free/pending pages, dead ratio, trees and
 any meta fallback. A read-only open does not load the free-space state, so free and pending
-are as the engine reports them then; dead_pages is the exact unreachable count.
+are as the engine reports them then; dead_pages is the exact unreachable count. On a live
+database (another process writing) the numbers are one snapshot's, and durable may say yes
+for a NoMetaSync commit whose meta is written but not yet synced.
 
 Examples:
   larch info db.larch
@@ -144,7 +151,9 @@ Examples:
     /// Run the full integrity check (prints `ok` and exits 0, or lists problems and exits 1).
     #[command(after_help = "\
 Verifies every page's checksum, type and tree, key order, tree depths and entry counts,
-overflow runs, and that every page is exactly one of reachable or marked free.
+overflow runs, and that every page is exactly one of reachable or marked free. On a live
+database (another process writing) it checks one snapshot, the newest commit when it starts,
+whose pages the writer does not reuse while the check reads them; the last line names its txid.
 
 Examples:
   larch check db.larch && echo fine
@@ -156,7 +165,9 @@ Examples:
 Types: meta, branch, leaf, overflow (first page of a large value), overflow-cont (the rest of
 its run), free (marked unreachable by the free map: free or pending), leaked (neither; damage)
 and unknown (reached, but not a valid page). The tree column is data, catalog or freemap; name
-is the data tree's name. Exits 1 if the walk found damage (listed on stderr).
+is the data tree's name. Exits 1 if the walk found damage (listed on stderr). On a live
+database the rows are one snapshot's (the txid in --json), held while the file is read; the
+txid column of a free page is whatever its header says at that moment.
 
 Examples:
   larch pages db.larch
@@ -165,6 +176,13 @@ Examples:
 
     /// Decode one page: header, entries or meta fields; --raw adds a hex dump.
     #[command(after_help = "\
+The status line says what the page is in one snapshot, the newest commit when the command
+starts. On a live database (another process writing) a page that snapshot reaches is read as
+its commit wrote it (the writer does not reuse it while the snapshot is held); a free page, a
+page past the snapshot's high-water mark, or the meta slot the writer takes next shows the
+bytes there at the moment of the read, which the writer may be rewriting: a torn page, a bad
+checksum or a newer txid there is not damage.
+
 Examples:
   larch page db.larch 0          # a meta page
   larch page db.larch 7 --raw")]
@@ -185,6 +203,38 @@ Examples:
   larch compact --in-place db.larch"
     )]
     Compact(commands::compact::CompactArgs),
+
+    /// Hot backup: copy one snapshot of a database, compacted, to a new file or stdout.
+    #[command(after_help = "\
+Opens SRC read-only (another process may be writing it) and writes its newest commit, as a
+compacted copy (trees in key order, leaves adjacent, no free pages; like `mdb_copy -c`), to
+DST, which must not exist and appears only when complete and synced. DST `-` writes the copy
+to stdout (through a temporary file under $TMPDIR, removed afterwards; a file named `-` is
+`./-`; a terminal is refused, exit 2). Prints `copied txid N: BYTES bytes` (to stderr when DST
+is `-`); the copy itself opens at txid 1. If a writer commits while the copy runs, the snapshot
+copied is one of the commits in between and the line gives their range: `copied txid N..=M
+(...)`. Exits 1 if DST exists or the copy fails.
+
+Examples:
+  larch copy db.larch backup.larch
+  larch copy db.larch - | gzip > backup.larch.gz")]
+    Copy(commands::copy::CopyArgs),
+
+    /// List the reader slots of a database: pid, snapshot txid, age, alive (like mdb_stat -r).
+    #[command(after_help = "\
+Reads the lock file FILE-lock, which every process that has the database open attaches to,
+and lists each reader slot in use: slot, pid, txid (the snapshot the slot holds, or idle), age
+(how many commits behind the newest it is) and alive (no: its process died holding it; the
+next write transaction frees it, or --clear-stale). The pages each reader pins are not shown:
+no process can tell them from the lock file and the file alone. Slots of this command itself
+are not listed. When no process has the database open, every slot is stale and the first
+process to attach clears them, so the list is empty.
+
+Examples:
+  larch readers db.larch
+  larch readers db.larch --clear-stale
+  larch readers db.larch --json | jq '.readers[] | select(.age > 1000)'")]
+    Readers(commands::readers::ReadersArgs),
 
     /// Benchmark writes and reads of one database, in the style of `bbolt bench`.
     #[command(after_help = "\
@@ -262,6 +312,8 @@ fn main() -> ExitCode {
         Command::Pages(a) => commands::pages::run(a),
         Command::Page(a) => commands::page::run(a),
         Command::Compact(a) => commands::compact::run(a),
+        Command::Copy(a) => commands::copy::run(a),
+        Command::Readers(a) => commands::readers::run(a),
         Command::Bench(a) => commands::bench::run(a),
     };
     match result {

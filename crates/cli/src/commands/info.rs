@@ -43,8 +43,9 @@ pub fn run(a: InfoArgs) -> CliResult {
     let db = crate::open::read_only(&a.file)?;
     let s = db.stats().map_err(|e| engine(&a.file, e))?;
     let trees: Vec<String> = s.trees.iter().map(|t| t.name.clone()).collect();
-    // A fresh read-only open reads exactly what is on disk, so its newest meta is durable;
-    // the field is still computed, not assumed.
+    // The engine's verdict. A read-only open takes the meta it opened at as durable: right for
+    // a file nobody else has open, an overstatement on a live file whose writer's newest
+    // commit (NoMetaSync) has its meta written but not yet synced.
     let durable = s.durable_txid >= s.txid;
     let mut out = super::stdout();
     if a.json {

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod check;
 pub mod compact;
+pub mod copy;
 pub mod demo;
 pub mod dump;
 pub mod info;
@@ -10,6 +11,7 @@ pub mod kv;
 pub mod load;
 pub mod page;
 pub mod pages;
+pub mod readers;
 pub mod stat;
 pub mod trees;
 

@@ -11,7 +11,7 @@ use larch_engine::raw::{
 };
 
 use crate::error::{CliError, CliResult};
-use crate::layout::Kind;
+use crate::layout::{Kind, Layout};
 use crate::pagefile::PageFile;
 
 /// Arguments of `larch page`.
@@ -28,7 +28,21 @@ pub struct PageArgs {
 
 /// Run `larch page`.
 pub fn run(a: PageArgs) -> CliResult {
-    let pf = PageFile::open(&a.file)?;
+    // The snapshot (when the file opens) is held while the page is read, so a page it reaches
+    // is read as its commit wrote it even while another process writes the file.
+    let snap = crate::commands::pages::layout_of(&a.file);
+    let (opened, why) = match snap {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e.message.unwrap_or_default())),
+    };
+    let reopened;
+    let pf = match &opened {
+        Some(s) => &s.pf,
+        None => {
+            reopened = PageFile::open(&a.file)?;
+            &reopened
+        }
+    };
     if a.id >= pf.pages() {
         return Err(CliError::failed(format!(
             "{}: page {} is past the end of the file ({} pages of {} bytes)",
@@ -57,11 +71,15 @@ pub fn run(a: PageArgs) -> CliResult {
             pf.page_size
         )?;
     }
-    writeln!(out, "status: {}", status(&a))?;
+    let status = match (&opened, why) {
+        (Some(s), _) => status(&s.layout, a.id),
+        (None, why) => format!("unknown ({})", why.unwrap_or_default()),
+    };
+    writeln!(out, "status: {status}")?;
     if a.id < 2 {
-        meta(&mut out, &pf, a.id as usize)?;
+        meta(&mut out, pf, a.id as usize)?;
     } else {
-        node(&mut out, &pf, a.id, &bytes)?;
+        node(&mut out, pf, a.id, &bytes)?;
     }
     if a.raw {
         writeln!(out, "raw:")?;
@@ -71,14 +89,10 @@ pub fn run(a: PageArgs) -> CliResult {
     Ok(())
 }
 
-/// What the page is in the newest commit, from the same walk `larch pages` does. A file the
-/// engine will not open still gets its page decoded, just without a status.
-fn status(a: &PageArgs) -> String {
-    let l = match crate::commands::pages::layout_of(&a.file) {
-        Ok((_, l)) => l,
-        Err(e) => return format!("unknown ({})", e.message.unwrap_or_default()),
-    };
-    let Some(r) = l.rows.get(a.id as usize) else {
+/// What page `id` is in the snapshot's commit, from the same walk `larch pages` does. A file
+/// the engine will not open still gets its page decoded, just without a status.
+fn status(l: &Layout, id: u64) -> String {
+    let Some(r) = l.rows.get(id as usize) else {
         return format!(
             "beyond the high-water mark {} of txid {} (not in use)",
             l.meta.high_water, l.meta.txid
@@ -90,11 +104,10 @@ fn status(a: &PageArgs) -> String {
         (None, None) => String::new(),
     };
     match r.kind {
-        Kind::Meta if l.meta.txid % 2 == a.id => format!(
-            "meta slot {} (the newest commit, txid {})",
-            a.id, l.meta.txid
-        ),
-        Kind::Meta => format!("meta slot {} (an older commit)", a.id),
+        Kind::Meta if l.meta.txid % 2 == id => {
+            format!("meta slot {} (the newest commit, txid {})", id, l.meta.txid)
+        }
+        Kind::Meta => format!("meta slot {} (an older commit)", id),
         Kind::Free => format!(
             "free in txid {} (unreachable: free or pending)",
             l.meta.txid

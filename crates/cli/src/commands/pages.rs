@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use larch_engine::{Db, ReadTx};
 use serde::Serialize;
 
 use crate::error::{engine, CliError, CliResult};
@@ -20,22 +21,57 @@ pub struct PagesArgs {
     pub json: bool,
 }
 
-/// Open `path` read-only (its lock, and the engine's verdict on the metas) and walk the
-/// commit the engine opened at.
-pub fn layout_of(path: &Path) -> CliResult<(PageFile, Layout)> {
-    // Held until the walk is done: the shared lock keeps a writer from changing the file.
+/// A commit's page map, with the read-only handle and snapshot that keep its pages in place.
+pub struct Snapshot {
+    /// The file, its metas as read once the snapshot was held.
+    pub pf: PageFile,
+    /// The walk of the snapshot's commit.
+    pub layout: Layout,
+    /// Held while the caller reads pages: a writer in another process never reuses a page the
+    /// snapshot reaches while it is held (docs/format.md, "The two invariants").
+    _rx: ReadTx,
+    _db: Db,
+}
+
+/// How many snapshots [`layout_of`] tries before giving up on a writer that keeps outrunning it.
+const ATTEMPTS: usize = 1000;
+
+/// Open `path` read-only (its lock, and the engine's verdict on the metas), take a snapshot
+/// and walk its commit. On a live file (another process writing) the snapshot is held through
+/// the walk, so every page the walk reads stays as that commit wrote it; the commit's meta is
+/// read from its slot, and if the writer has since reused that slot (two commits later), a
+/// newer snapshot is taken.
+pub fn layout_of(path: &Path) -> CliResult<Snapshot> {
     let db = crate::open::read_only(path)?;
-    let txid = db.begin_read().map_err(|e| engine(path, e))?.txid();
-    let pf = PageFile::open(path)?;
-    let meta = pf.meta_of(txid).ok_or_else(|| {
-        CliError::failed(format!(
-            "{}: no meta slot holds txid {txid}, which the engine opened",
-            path.display()
-        ))
-    })?;
-    let layout = layout::walk(&pf, meta);
-    drop(db);
-    Ok((pf, layout))
+    let mut prev = None;
+    for _ in 0..ATTEMPTS {
+        let rx = db.begin_read().map_err(|e| engine(path, e))?;
+        let txid = rx.txid();
+        let pf = PageFile::open(path)?;
+        if let Some(meta) = pf.meta_of(txid) {
+            let layout = layout::walk(&pf, meta);
+            return Ok(Snapshot {
+                pf,
+                layout,
+                _rx: rx,
+                _db: db,
+            });
+        }
+        // Only a writer that committed since can have moved the slot on; with no newer
+        // commit, retrying would read the same file.
+        if prev.is_some_and(|p| p >= txid) {
+            return Err(CliError::failed(format!(
+                "{}: no meta slot holds txid {txid}, which the engine opened",
+                path.display()
+            )));
+        }
+        prev = Some(txid);
+    }
+    Err(CliError::failed(format!(
+        "{}: the writer overwrote the meta of {ATTEMPTS} snapshots in a row before they \
+         could be read; try again",
+        path.display()
+    )))
 }
 
 fn dash<T: ToString>(v: Option<T>) -> String {
@@ -77,7 +113,8 @@ struct PageJson<'a> {
 
 /// Run `larch pages`.
 pub fn run(a: PagesArgs) -> CliResult {
-    let (pf, l) = layout_of(&a.file)?;
+    let snap = layout_of(&a.file)?;
+    let (pf, l) = (&snap.pf, &snap.layout);
     let tree_name = |r: &Row| r.tree.and_then(|i| l.trees.get(i)).cloned();
     let mut out = super::stdout();
     if a.json {
