@@ -779,3 +779,16 @@ fn background_compaction_waits_until_no_other_process_has_the_file_open() {
     );
     kid.kill();
 }
+
+#[test]
+fn readers_of_something_that_is_not_a_database_is_an_error_and_leaves_no_lock_file() {
+    let (dir, path) = scratch("not-a-db");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, b"hello, this is not a database").unwrap();
+    for p in [&path, &text] {
+        assert!(larch::readers(p).is_err(), "{}", p.display());
+        assert!(larch::clear_stale_readers(p).is_err(), "{}", p.display());
+        let lock = PathBuf::from(format!("{}-lock", p.display()));
+        assert!(!lock.exists(), "{} was created", lock.display());
+    }
+}

@@ -133,8 +133,8 @@ Shows the page size, the txid of the newest valid meta and of the other slot, wh
 newest is durable, file bytes, high-water mark, live/free/pending pages, dead ratio, trees and
 any meta fallback. A read-only open does not load the free-space state, so free and pending
 are as the engine reports them then; dead_pages is the exact unreachable count. On a live
-database (another process writing) the numbers are one snapshot's, and durable may say yes
-for a NoMetaSync commit whose meta is written but not yet synced.
+database (another process writing) the numbers are one snapshot's, and durable is what the
+writer recorded in the lock file (a NoMetaSync commit is not durable until its sync).
 
 Examples:
   larch info db.larch
@@ -211,9 +211,9 @@ compacted copy (trees in key order, leaves adjacent, no free pages; like `mdb_co
 DST, which must not exist and appears only when complete and synced. DST `-` writes the copy
 to stdout (through a temporary file under $TMPDIR, removed afterwards; a file named `-` is
 `./-`; a terminal is refused, exit 2). Prints `copied txid N: BYTES bytes` (to stderr when DST
-is `-`); the copy itself opens at txid 1. If a writer commits while the copy runs, the snapshot
-copied is one of the commits in between and the line gives their range: `copied txid N..=M
-(...)`. Exits 1 if DST exists or the copy fails.
+is `-`): the copy holds exactly commit N of SRC, the newest when the copy began, whatever a
+writer commits meanwhile; the copy itself opens at txid 1. Exits 1 if DST exists or the copy
+fails.
 
 Examples:
   larch copy db.larch backup.larch

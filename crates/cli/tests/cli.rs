@@ -1301,6 +1301,30 @@ fn a_bit_flip_in_the_last_commit_fails_check_and_fall_back_names_what_it_discard
 }
 
 #[test]
+fn info_on_a_live_database_reports_a_nometasync_commit_as_not_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("nms.larch");
+    let db = larch_engine::Db::open(
+        &f,
+        larch_engine::Options::default().durability(larch_engine::Durability::NoMetaSync),
+    )
+    .unwrap();
+    for i in 0..5u8 {
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("main").unwrap().insert(&[i], b"v").unwrap();
+        tx.commit().unwrap();
+    }
+    let st = db.stats().unwrap();
+    assert!(st.durable_txid < st.txid);
+    let info = parse_json(&ok(&["info", s(&f), "--json"]));
+    assert_eq!(info.field("txid").u64(), st.txid);
+    assert_eq!(info.field("durable_txid").u64(), st.durable_txid);
+    db.sync().unwrap();
+    let info = parse_json(&ok(&["info", s(&f), "--json"]));
+    assert_eq!(info.field("durable_txid").u64(), st.txid);
+}
+
+#[test]
 fn a_database_another_process_has_open_is_read_and_written_live() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("held.larch");
@@ -1537,20 +1561,22 @@ fn read_only_commands_work_on_a_live_database_under_write_load() {
     db.check().unwrap();
 }
 
-/// The txids a `copied txid N: ...` or `copied txid N..=M (...): ...` line names.
+/// The txid a `copied txid N: ...` line names (as a range of one, for the checks below).
 fn copied_range(line: &str) -> (u64, u64) {
     let rest = line
         .strip_prefix("copied txid ")
         .unwrap_or_else(|| panic!("not a copy line: {line:?}"));
-    let ids = rest.split([':', ' ']).next().unwrap();
-    match ids.split_once("..=") {
-        Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
-        None => (ids.parse().unwrap(), ids.parse().unwrap()),
-    }
+    let id: u64 = rest
+        .split_once(": ")
+        .unwrap_or_else(|| panic!("not a copy line: {line:?}"))
+        .0
+        .parse()
+        .unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    (id, id)
 }
 
 /// `copy` of a database a writer commits to all along: every copy opens, passes `larch check`
-/// and is one whole state the writer committed, from a commit inside the range it names.
+/// and is exactly the state of the commit it names.
 #[test]
 fn copy_of_a_live_database_under_write_load_is_one_committed_snapshot() {
     let dir = live_dir();

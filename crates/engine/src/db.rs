@@ -461,7 +461,12 @@ impl Db {
                     // Every commit of this process has its meta on disk (it keeps the writer
                     // lock until then), and another process may be writing: no meta may be
                     // written from here. Syncing the file makes them durable.
+                    // Every meta on disk when the sync starts is durable when it ends.
+                    let on_disk = lock.file.committed_txid();
                     open_file.pager.sync()?;
+                    if let Some(k) = on_disk {
+                        lock.file.publish_durable(k);
+                    }
                     let mut st = open_file.durability.lock();
                     st.synced_on_disk();
                     open_file.note_durable(st.durable);

@@ -176,7 +176,7 @@ pub struct ReaderSlot {
 /// # Ok::<(), larch_engine::Error>(())
 /// ```
 pub fn readers(path: impl AsRef<Path>) -> Result<Vec<ReaderSlot>> {
-    let path = larch_pager::resolve_path(path.as_ref())?;
+    let path = database_path(path.as_ref())?;
     let lf = LockFile::open(&path, true)?;
     let newest = lf.committed_txid();
     Ok(lf
@@ -196,7 +196,15 @@ pub fn readers(path: impl AsRef<Path>) -> Result<Vec<ReaderSlot>> {
 /// Free the reader slots of dead processes in the lock file of the database at `path`;
 /// returns how many were freed. A writer does this by itself when a dead slot holds it back.
 pub fn clear_stale_readers(path: impl AsRef<Path>) -> Result<usize> {
-    let path = larch_pager::resolve_path(path.as_ref())?;
+    let path = database_path(path.as_ref())?;
     let lf = LockFile::open(&path, true)?;
     Ok(lf.clear_stale()?)
+}
+
+/// `path` resolved, if it names a larch database (a valid meta page); else the error an open
+/// would give. Looking at the reader table of anything else would leave a lock file beside it.
+fn database_path(path: &Path) -> Result<std::path::PathBuf> {
+    let path = larch_pager::resolve_path(path)?;
+    larch_pager::probe_database(&path)?;
+    Ok(path)
 }

@@ -203,3 +203,34 @@ impl Db {
         )
     }
 }
+
+impl crate::read::ReadTx {
+    /// [`Db::compact_to`] for this snapshot: a dense copy of exactly the commit this
+    /// transaction reads (`txid()`), however many commits came since (`larch copy`).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"old")?;
+    /// tx.commit()?;
+    /// let rx = db.begin_read()?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"new")?;
+    /// tx.commit()?;
+    /// let copy = dir.path().join("copy.larch");
+    /// rx.compact_to(&copy)?;
+    /// let db2 = larch_engine::Db::open(&copy, Default::default())?;
+    /// assert_eq!(db2.begin_read()?.open_tree("t")?.get(b"k")?, Some(&b"old"[..]));
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn compact_to(&self, path: impl AsRef<Path>) -> Result<CompactReport> {
+        let open_file = self.file();
+        copy_snapshot(
+            self,
+            open_file.pager.file_len(),
+            path.as_ref(),
+            &crate::fs::RealFs,
+        )
+    }
+}

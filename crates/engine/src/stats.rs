@@ -187,7 +187,19 @@ impl Db {
                 held.iter().map(|&(_, n)| n).sum(),
             )
         };
+        // A process that does not hold the lock file's writer lock knows what is durable from
+        // the lock file (its own state may be stale: another process writes).
+        let elsewhere = rx.file().lock().filter(|l| !l.held()).map(|l| {
+            // Nothing recorded: no writer attached since the lock file was made; the
+            // newest meta on disk is all there is.
+            l.file
+                .durable_txid()
+                .map_or(meta.txid, |d| d.min(meta.txid))
+        });
         let (durable, free_pages, pending_pages, pinned) = match rx.file().writer.try_lock() {
+            Some(_) if elsewhere.is_some() && rx.file().opts.read_only => {
+                (elsewhere.unwrap_or(0), meta.unreachable_pages, 0, 0)
+            }
             Some(w) => {
                 // Freed by a transaction newer than the oldest reader's snapshot: it can see them.
                 let pinned = oldest.map_or(0, |o| {
@@ -196,13 +208,13 @@ impl Db {
                 });
                 let pending = w.free.pending_pages() + w.reader_pinned.len();
                 (
-                    rx.file().durability.lock().durable,
+                    elsewhere.unwrap_or_else(|| rx.file().durability.lock().durable),
                     w.free.free_pages(),
                     pending,
                     pinned,
                 )
             }
-            None => (meta.txid, meta.unreachable_pages, 0, 0),
+            None => (elsewhere.unwrap_or(meta.txid), meta.unreachable_pages, 0, 0),
         };
         let opened = &rx.file().opened;
         let dead = meta.high_water.saturating_sub(meta.live_pages);

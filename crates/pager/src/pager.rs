@@ -493,6 +493,18 @@ fn reservation(len: u64) -> usize {
     want.min(MAX_FILE_BYTES) as usize
 }
 
+/// The newest meta of the database at `path` whose checksum holds (no manifest check, no lock,
+/// nothing written): whether `path` is a larch database at all. Errors as an open's would be:
+/// missing file, not a database, another format version.
+pub fn probe_database(path: &Path) -> Result<Meta> {
+    let file = File::open(path).map_err(|e| PagerError::io("open", path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| PagerError::io("stat", path, e))?
+        .len();
+    read_metas(path, &file, len, false, true).map(|m| m.current)
+}
+
 /// The least address space a read map reserves (1 GiB).
 static MIN_RESERVATION: AtomicU64 = AtomicU64::new(1 << 30);
 

@@ -20,29 +20,18 @@ pub struct CopyArgs {
     pub dst: PathBuf,
 }
 
-/// Which commit of SRC the copy holds: the snapshot `Db::compact_to` takes is the newest when
-/// it begins, so it lies between the newest commit before the call and the newest after it.
+/// What was copied: one snapshot of SRC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Copied {
-    /// Newest commit just before the copy began.
-    from: u64,
-    /// Newest commit just after it ended (equal to `from` when nothing was committed).
-    to: u64,
+    /// The commit the copy holds.
+    txid: u64,
     /// Bytes of the copy.
     bytes: u64,
 }
 
-/// The summary line: `copied txid N: X bytes`, or the range of commits the snapshot lies in
-/// when a writer committed during the copy.
+/// The summary line: `copied txid N: X bytes`.
 fn summary(c: &Copied) -> String {
-    if c.from == c.to {
-        format!("copied txid {}: {} bytes", c.from, c.bytes)
-    } else {
-        format!(
-            "copied txid {}..={} (one snapshot; the writer committed during the copy): {} bytes",
-            c.from, c.to, c.bytes
-        )
-    }
+    format!("copied txid {}: {} bytes", c.txid, c.bytes)
 }
 
 /// Run `larch copy`.
@@ -85,16 +74,14 @@ pub fn run(a: CopyArgs) -> CliResult {
 
 /// Copy the newest snapshot of `db` (opened from `src`) to the new file `dst`.
 fn copy(db: &larch_engine::Db, src: &Path, dst: &Path) -> CliResult<Copied> {
-    let newest = || -> CliResult<u64> { Ok(db.begin_read().map_err(|e| engine(src, e))?.txid()) };
-    let from = newest()?;
+    // Hold the snapshot: the copy is exactly this commit, whatever the writer does meanwhile.
+    let rx = db.begin_read().map_err(|e| engine(src, e))?;
     let progress = Progress::spinner("copy");
-    let report = db.compact_to(dst).map_err(|e| engine(src, e));
+    let report = rx.compact_to(dst).map_err(|e| engine(src, e));
     progress.finish();
     let report = report?;
-    let to = newest()?;
     Ok(Copied {
-        from,
-        to,
+        txid: rx.txid(),
         bytes: report.after_bytes,
     })
 }
@@ -106,15 +93,9 @@ mod tests {
     #[test]
     fn summary_line() {
         let c = Copied {
-            from: 7,
-            to: 7,
+            txid: 7,
             bytes: 8192,
         };
         assert_eq!(summary(&c), "copied txid 7: 8192 bytes");
-        let c = Copied { to: 9, ..c };
-        assert_eq!(
-            summary(&c),
-            "copied txid 7..=9 (one snapshot; the writer committed during the copy): 8192 bytes"
-        );
     }
 }

@@ -43,9 +43,8 @@ pub fn run(a: InfoArgs) -> CliResult {
     let db = crate::open::read_only(&a.file)?;
     let s = db.stats().map_err(|e| engine(&a.file, e))?;
     let trees: Vec<String> = s.trees.iter().map(|t| t.name.clone()).collect();
-    // The engine's verdict. A read-only open takes the meta it opened at as durable: right for
-    // a file nobody else has open, an overstatement on a live file whose writer's newest
-    // commit (NoMetaSync) has its meta written but not yet synced.
+    // The engine's verdict: on a live file, the durable txid the writer recorded in the lock
+    // file; on a file nobody else has open, the newest meta on disk.
     let durable = s.durable_txid >= s.txid;
     let mut out = super::stdout();
     if a.json {
