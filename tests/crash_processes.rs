@@ -46,7 +46,7 @@ fn run(seed: u64, steps: usize) -> Trace {
     let open = || {
         Db::open_with_storage_as_process(
             &path,
-            Box::new(Recording::new(open_rw(&path), &log)),
+            |p| Box::new(Recording::new(open_rw(p), &log)),
             opts,
         )
         .unwrap()

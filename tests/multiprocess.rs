@@ -792,3 +792,153 @@ fn readers_of_something_that_is_not_a_database_is_an_error_and_leaves_no_lock_fi
         assert!(!lock.exists(), "{} was created", lock.display());
     }
 }
+
+/// The plain storage of the file at `p` (opened when the handle is attached).
+fn file_storage(p: &Path) -> Box<dyn larch::Storage> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p)
+        .unwrap();
+    Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
+}
+
+/// Storage of a compaction's new file whose syncs let another "process" commit to the old
+/// file (see the test below).
+#[derive(Debug)]
+struct CommitOnSync {
+    inner: larch::FileStorage,
+    hook: std::sync::Arc<ForeignCommitFs>,
+}
+
+impl larch::Storage for CommitOnSync {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> std::io::Result<()> {
+        self.inner.write_at(offset, bufs)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()?;
+        self.hook.foreign_commit();
+        Ok(())
+    }
+    fn file(&self) -> &std::fs::File {
+        self.inner.file()
+    }
+}
+
+/// A compaction file system whose new files commit from another process at each sync.
+#[derive(Debug)]
+struct ForeignCommitFs {
+    path: PathBuf,
+    me: std::sync::OnceLock<std::sync::Weak<ForeignCommitFs>>,
+    /// Commits started, and the keys committed, by the other process.
+    started: Mutex<u32>,
+    committed: Mutex<Vec<u32>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl ForeignCommitFs {
+    /// Another process opens the database, commits one key and closes it. It runs on its own
+    /// thread, as another process would: while the switch holds the lock file's attach byte
+    /// it waits in its open (and then commits to the new file); the sync waits for it a
+    /// little, so that most commits land between the compaction's rounds.
+    fn foreign_commit(&self) {
+        let k = {
+            let mut started = self.started.lock().unwrap();
+            if *started >= 40 {
+                return;
+            }
+            *started += 1;
+            1_000_000 + *started
+        };
+        let path = self.path.clone();
+        let me = self.me.get().unwrap().upgrade().unwrap();
+        let t = std::thread::spawn(move || {
+            let db =
+                Db::open_with_storage_as_process(&path, file_storage, Options::default()).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_tree("t")
+                .unwrap()
+                .insert(&k.to_be_bytes(), b"foreign")
+                .unwrap();
+            tx.commit().unwrap();
+            drop(db);
+            me.committed.lock().unwrap().push(k);
+        });
+        let deadline = std::time::Instant::now() + Duration::from_millis(200);
+        while !t.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.threads.lock().unwrap().push(t);
+    }
+}
+
+impl larch::CompactionFs for ForeignCommitFs {
+    fn storage(
+        &self,
+        _path: &Path,
+        file: std::fs::File,
+        mode: larch::WriteMode,
+    ) -> Box<dyn larch::Storage> {
+        Box::new(CommitOnSync {
+            inner: larch::FileStorage::new(file, mode),
+            hook: self.me.get().unwrap().upgrade().unwrap(),
+        })
+    }
+}
+
+/// A process that attaches, commits and detaches while a background compaction finishes
+/// (between its last catch-up round and the switch, where only this process's writer is held
+/// off) must not lose its commit: the switch, alone by then, takes one more round.
+#[test]
+fn a_commit_by_another_process_during_the_file_switch_is_not_lost() {
+    let (_dir, path) = scratch("switch-race");
+    drop(Db::open(&path, Options::default()).unwrap());
+    let fs = std::sync::Arc::new(ForeignCommitFs {
+        path: path.clone(),
+        me: Default::default(),
+        started: Mutex::new(0),
+        committed: Mutex::new(Vec::new()),
+        threads: Mutex::new(Vec::new()),
+    });
+    fs.me.set(std::sync::Arc::downgrade(&fs)).unwrap();
+    let opts = Options::default()
+        .policy(larch::Policy::Null)
+        .compaction_threshold(Some(0.5))
+        .compaction_min_bytes(0);
+    let db =
+        Db::open_with_storage_as_process_and_fs(&path, file_storage, opts, fs.clone()).unwrap();
+    for round in 0..8u8 {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..3000u32 {
+                t.insert(&i.to_be_bytes(), &[b'a' + round; 5]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    db.wait_for_compaction().unwrap();
+    assert!(db.compactions() >= 1, "no background compaction ran");
+    for t in std::mem::take(&mut *fs.threads.lock().unwrap()) {
+        t.join().unwrap();
+    }
+    let foreign = fs.committed.lock().unwrap().clone();
+    assert!(!foreign.is_empty(), "no commit came during the compaction");
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    for k in &foreign {
+        assert_eq!(
+            t.get(&k.to_be_bytes()).unwrap(),
+            Some(&b"foreign"[..]),
+            "key {k}, committed by another process during the switch, is lost"
+        );
+    }
+    drop(rx);
+    db.check().unwrap();
+}

@@ -209,7 +209,7 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     // Both sizes at the switch: the old file kept growing while the copy ran.
     let before = old.pager.file_len();
     new.sync()?;
-    drop((cur, base));
+    drop(base);
     // The path must still name the old file, with no other name: else the rename would put
     // the new file beside a live old one (or over someone else's file). A change between
     // this check and the rename is not caught; the window is a few system calls.
@@ -229,6 +229,14 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
             ));
         }
         let switched = (|| -> Result<()> {
+            // Another process may have attached, committed and gone since the last round
+            // (the in-process writer lock does not hold it off): nobody else is attached
+            // now, so one more round under the exclusive hold misses nothing.
+            let latest = old.begin_read()?;
+            if latest.txid() != cur.txid() {
+                apply_diff(&cur, &latest, &new, Durability::Sync)?;
+                new.sync()?;
+            }
             // Within this process the new inode is the database now.
             let claim = InodeClaim::claim_file(new_file.pager.file(), true, &h.path)?;
             h.fs.rename(tmp, &h.path)
