@@ -525,3 +525,107 @@ fn threshold_compaction_bounds_even_a_writer_of_async_commits() {
         "peak {with} with t = 0.3: live {live}, two sync windows {two_windows}, bound {bound}"
     );
 }
+
+/// A file that goes quiet right after most of it became free: no commit follows to look at
+/// the threshold, so the handle's timer does (each quiet interval ends a window); within a
+/// few intervals a background compaction gives the space back.
+#[test]
+fn threshold_compaction_runs_on_a_quiet_file_after_a_large_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("quiet.larch");
+    let opts = Options::default()
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(std::time::Duration::from_millis(20));
+    let db = Db::open(&path, opts).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..20_000u32 {
+            t.insert(&i.to_be_bytes(), &[7u8; 200]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    // Keep one key in ten: the free pages are holes all through the file, not a tail.
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..20_000u32 {
+            if i % 10 != 0 {
+                t.remove(&i.to_be_bytes()).unwrap();
+            }
+        }
+    }
+    tx.commit().unwrap();
+    let before = std::fs::metadata(&path).unwrap().len();
+    let start = std::time::Instant::now();
+    while db.compactions() == 0 && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(db.compactions() >= 1, "the quiet file was never compacted");
+    let _ = db.wait_for_compaction();
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        after * 3 < before,
+        "compaction gave back too little: {before} -> {after}"
+    );
+    db.check().unwrap();
+    assert_eq!(
+        db.begin_read()
+            .unwrap()
+            .open_tree("t")
+            .unwrap()
+            .len()
+            .unwrap(),
+        2000
+    );
+}
+
+/// Without the timer (a long interval), `Db::sync` looks at the threshold: Async commits
+/// free pages, the sync makes the run durable, and a later quiet sync starts the compaction.
+#[test]
+fn threshold_compaction_is_evaluated_on_db_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("on-sync.larch");
+    let opts = Options::default()
+        .durability(Durability::Async)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(std::time::Duration::from_secs(3600));
+    let db = Db::open(&path, opts).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..20_000u32 {
+            t.insert(&i.to_be_bytes(), &[7u8; 200]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    db.sync().unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..20_000u32 {
+            if i % 10 != 0 {
+                t.remove(&i.to_be_bytes()).unwrap();
+            }
+        }
+    }
+    tx.commit().unwrap();
+    assert_eq!(db.compactions(), 0);
+    for _ in 0..4 {
+        db.sync().unwrap();
+    }
+    let _ = db.wait_for_compaction();
+    assert!(db.compactions() >= 1, "syncs never started the compaction");
+    db.check().unwrap();
+    assert_eq!(
+        db.begin_read()
+            .unwrap()
+            .open_tree("t")
+            .unwrap()
+            .len()
+            .unwrap(),
+        2000
+    );
+}

@@ -36,6 +36,46 @@ const CATCH_UP_ROUNDS: usize = 4;
 
 /// After a commit on `open_file` (its writer state `w`): start a compaction if the threshold says so.
 pub(crate) fn maybe_start(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState) {
+    evaluate(shared, open_file, w, false)
+}
+
+/// Without a commit (`Db::sync`, the handle's timer): the same, counting a quiet interval as
+/// a window (compaction_state.rs, `Trigger::quiet`).
+pub(crate) fn check_quiet(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState) {
+    evaluate(shared, open_file, w, true)
+}
+
+/// The handle's timer ([`Options::compaction_check_every`](crate::Options)): while the handle
+/// is open, look at the threshold each interval, unless a transaction holds the writer lock.
+pub(crate) fn start_timer(shared: &Arc<Shared>) {
+    if shared.opts.compaction_threshold.is_none() || shared.opts.read_only {
+        return;
+    }
+    let weak = Arc::downgrade(shared);
+    let every = shared.opts.compaction_check;
+    let spawned = std::thread::Builder::new()
+        .name("larch-compact-timer".into())
+        .spawn(move || loop {
+            let Some(h) = weak.upgrade() else {
+                return;
+            };
+            if h.compaction.timer.wait(every) {
+                return;
+            }
+            let f = h.current_file();
+            let w = f.writer.try_lock();
+            if let Some(mut w) = w {
+                if f.writer_state_current() {
+                    check_quiet(&h, &f, &mut w);
+                }
+            }
+        });
+    if let Ok(t) = spawned {
+        *shared.compaction.timer.thread.lock() = Some(t);
+    }
+}
+
+fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, quiet: bool) {
     let Some(threshold) = shared.opts.compaction_threshold else {
         return;
     };
@@ -45,15 +85,21 @@ pub(crate) fn maybe_start(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut Wr
         (st.committed, st.durable)
     };
     let hw = committed.high_water;
-    // Free now, or held back only by readers (the compacted file has none of those).
-    let held_by_readers = w
-        .free
-        .pending
-        .freed_up_to(durable.min(committed.txid.saturating_sub(1)))
-        + w.reader_pinned.len();
-    let slack = w
-        .trigger
-        .observe(w.free.free_pages() + held_by_readers, durable);
+    // Free now, or held back only by readers (the compacted file has none of those). Pages
+    // the newest commit freed wait for a newer commit while it is not durable (the meta
+    // before it may still be written); once it is durable, the next transaction reuses them.
+    let settled = if durable >= committed.txid {
+        committed.txid
+    } else {
+        durable.min(committed.txid.saturating_sub(1))
+    };
+    let held_by_readers = w.free.pending.freed_up_to(settled) + w.reader_pinned.len();
+    let free = w.free.free_pages() + held_by_readers;
+    let slack = if quiet {
+        w.trigger.quiet(free, durable)
+    } else {
+        w.trigger.observe(free, durable)
+    };
     if c.cancel.load(Ordering::Acquire) || hw == 0 {
         return;
     }

@@ -25,6 +25,39 @@ pub(crate) struct Compaction {
     pub(crate) completed: AtomicU64,
     /// Compactions the threshold called for but that were not started (switch_refused).
     pub(crate) refused: AtomicU64,
+    /// The handle's threshold timer (autocompact::start_timer).
+    pub(crate) timer: Timer,
+}
+
+/// A handle's threshold timer: its thread and how to stop it.
+#[derive(Debug, Default)]
+pub(crate) struct Timer {
+    stop: Mutex<bool>,
+    wake: parking_lot::Condvar,
+    pub(crate) thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Timer {
+    /// Wait `every` (or until stopped); true if stopped.
+    pub(crate) fn wait(&self, every: std::time::Duration) -> bool {
+        let mut g = self.stop.lock();
+        if !*g {
+            self.wake.wait_for(&mut g, every);
+        }
+        *g
+    }
+
+    /// Stop the timer and wait for its thread (the last handle is closing).
+    pub(crate) fn stop(&self) {
+        *self.stop.lock() = true;
+        self.wake.notify_all();
+        let t = self.thread.lock().take();
+        if let Some(t) = t {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 impl Compaction {
@@ -96,11 +129,29 @@ pub(crate) struct Trigger {
     window: crate::TxId,
     /// For a compacted file: the fewest slack pages seen since the switch (not counted).
     born: Option<u64>,
+    /// Commits observed since the last quiet check ([`Trigger::quiet`]).
+    commits: u64,
 }
 
 impl Trigger {
     /// Record the free pages after a commit; the pages of slack over the baseline.
     pub(crate) fn observe(&mut self, free: u64, durable: crate::TxId) -> u64 {
+        self.commits += 1;
+        self.roll(free, durable)
+    }
+
+    /// A check without a commit (a timer, `Db::sync`): if nothing was committed since the
+    /// last one, the file is quiet and the interval ends a window as a durable advance does,
+    /// so free pages that stay free through two quiet intervals count as slack.
+    pub(crate) fn quiet(&mut self, free: u64, durable: crate::TxId) -> u64 {
+        if self.started && self.commits == 0 && durable == self.window {
+            (self.prev_min, self.cur_min) = (self.cur_min, free);
+        }
+        self.commits = 0;
+        self.roll(free, durable)
+    }
+
+    fn roll(&mut self, free: u64, durable: crate::TxId) -> u64 {
         if !self.started {
             self.started = true;
             (self.cur_min, self.prev_min, self.window) = (free, free, durable);

@@ -75,7 +75,8 @@ impl Drop for Db {
     fn drop(&mut self) {
         if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The last handle: a background compaction must not outlive it (it would keep the
-            // file locked after the user closed it).
+            // file locked after the user closed it), nor its timer.
+            self.shared.compaction.timer.stop();
             self.shared.compaction.stop();
         }
     }
@@ -287,7 +288,7 @@ impl Db {
     }
 
     fn wrap_with_fs(open_file: OpenFile, fs: Arc<dyn crate::fs::CompactionFs>) -> Db {
-        Db {
+        let db = Db {
             shared: Arc::new(Shared {
                 path: open_file.pager.path().to_path_buf(),
                 opts: open_file.opts,
@@ -297,7 +298,9 @@ impl Db {
                 fs,
                 snapshots: Default::default(),
             }),
-        }
+        };
+        crate::autocompact::start_timer(&db.shared);
+        db
     }
 
     /// The current file's state.
@@ -496,6 +499,12 @@ impl Db {
                     let mut st = open_file.durability.lock();
                     st.synced_on_disk();
                     open_file.note_durable(st.durable);
+                    drop(st);
+                    if let Some(mut w) = writer {
+                        if open_file.writer_state_current() {
+                            crate::autocompact::check_quiet(&self.shared, &open_file, &mut w);
+                        }
+                    }
                     return Ok(());
                 }
             }
@@ -505,9 +514,11 @@ impl Db {
             }
             st.sync_all(&open_file)?;
             open_file.publish_on_disk(&st);
-            if writer.is_some() {
+            if let Some(mut w) = writer {
                 open_file.trim_to_durable(&st);
                 drop(st);
+                // The durable txid moved: a window ended for the compaction threshold.
+                crate::autocompact::check_quiet(&self.shared, &open_file, &mut w);
                 open_file.release_writer_if_on_disk();
             }
             return Ok(());

@@ -202,6 +202,19 @@ impl OpenFile {
         }
     }
 
+    /// Is this process's writer state the file's (no other process committed since this
+    /// process's newest commit)? Without a lock file, always.
+    pub(crate) fn writer_state_current(&self) -> bool {
+        match self.lock() {
+            None => true,
+            Some(l) if l.held() => true,
+            Some(l) => {
+                let known = self.durability.lock().committed.txid;
+                l.file.committed_txid().is_none_or(|k| k <= known)
+            }
+        }
+    }
+
     /// Release the cross-process writer lock if every commit of this process is on disk.
     /// Caller holds the in-process writer lock.
     pub(crate) fn release_writer_if_on_disk(&self) {

@@ -89,6 +89,7 @@ pub struct Options {
     pub(crate) create: bool,
     pub(crate) compaction_threshold: Option<f64>,
     pub(crate) compaction_min_bytes: u64,
+    pub(crate) compaction_check: std::time::Duration,
     pub(crate) one_fsync: bool,
     pub(crate) group_commit: bool,
     pub(crate) fall_back_on_damage: bool,
@@ -132,6 +133,7 @@ impl Default for Options {
             create: true,
             compaction_threshold: None,
             compaction_min_bytes: 4 << 20,
+            compaction_check: std::time::Duration::from_secs(1),
             one_fsync: true,
             group_commit: true,
             fall_back_on_damage: false,
@@ -415,6 +417,24 @@ impl Options {
     /// ```
     pub fn compaction_min_bytes(mut self, bytes: u64) -> Self {
         self.compaction_min_bytes = bytes;
+        self
+    }
+
+    /// With a [`compaction_threshold`](Options::compaction_threshold): how often a handle
+    /// that is not committing looks at the threshold (default 1 s). Commits and `Db::sync`
+    /// look at it each time; this covers a file that goes quiet with dead space in it: each
+    /// interval without a commit counts as a window that its free pages stayed free through,
+    /// so two quiet intervals after a large delete start a compaction.
+    ///
+    /// ```
+    /// use larch_engine::Options;
+    /// let opts = Options::default()
+    ///     .compaction_threshold(Some(0.3))
+    ///     .compaction_check_every(std::time::Duration::from_millis(200));
+    /// assert!(opts.validate().is_ok());
+    /// ```
+    pub fn compaction_check_every(mut self, every: std::time::Duration) -> Self {
+        self.compaction_check = every;
         self
     }
     /// The page size that a new file would get.
