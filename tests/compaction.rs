@@ -629,3 +629,77 @@ fn threshold_compaction_is_evaluated_on_db_sync() {
         2000
     );
 }
+
+/// Steady overwrites under every policy and durability mix, an old reader open through the
+/// first half, with `max_unsynced_bytes` set: the file at the path stays within 1/(1-t) of what
+/// crash safety must keep (the live data, the pages waiting for the next durable point, and
+/// what the old reader pins while it lives), times the pager's growth steps.
+#[test]
+fn threshold_compaction_bounds_steady_overwrites_under_every_policy_and_durability() {
+    const T: f64 = 0.3;
+    const UNSYNCED: u64 = 1 << 20;
+    for policy in [Policy::Null, Policy::FirstFit] {
+        for d in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("matrix.larch");
+            let opts = Options::default()
+                .policy(policy)
+                .durability(d)
+                .max_unsynced_bytes(Some(UNSYNCED))
+                .compaction_threshold(Some(T))
+                .compaction_min_bytes(256 << 10);
+            let db = Db::open(&path, opts).unwrap();
+            let mut x = 7u64;
+            let mut largest_after_reader = 0;
+            let mut reader = None;
+            let mut live_max = 0u64;
+            for round in 0..400u64 {
+                if round == 20 {
+                    reader = Some(db.begin_read().unwrap());
+                }
+                if round == 200 {
+                    reader = None;
+                }
+                let tx = db.begin_write().unwrap();
+                {
+                    let mut t = tx.open_tree("t").unwrap();
+                    for _ in 0..20 {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let k = (x >> 33) % 2000;
+                        t.insert(&k.to_be_bytes(), &[(round % 251) as u8; 200])
+                            .unwrap();
+                    }
+                }
+                tx.commit().unwrap();
+                // Wait for a compaction this commit started: the bound must not depend on how
+                // fast the copy runs against the writer.
+                let _ = db.wait_for_compaction();
+                if round % 50 == 49 {
+                    db.sync().unwrap();
+                }
+                let s = db.stats().unwrap();
+                live_max = live_max.max(s.live_pages * 4096);
+                if round >= 250 {
+                    let len = std::fs::metadata(&path).unwrap().len();
+                    largest_after_reader = largest_after_reader.max(len);
+                }
+            }
+            drop(reader);
+            db.check().unwrap();
+            // What crash safety keeps: the live data and up to max_unsynced_bytes of replaced
+            // pages (plus the commit that reaches the limit); the file grows in steps of 1/8.
+            let keep = live_max + UNSYNCED + 40 * 4096;
+            let bound = (keep as f64 / (1.0 - T) * 1.125) as u64 + (512 << 10);
+            eprintln!(
+                "{policy:?} {d:?}: largest {largest_after_reader} after the reader, live {live_max}, bound {bound}, compactions {}",
+                db.compactions()
+            );
+            assert!(
+                largest_after_reader <= bound,
+                "{policy:?} {d:?}: the file reached {largest_after_reader}; live {live_max}, bound {bound}"
+            );
+        }
+    }
+}

@@ -98,7 +98,14 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
     let slack = if quiet {
         w.trigger.quiet(free, durable)
     } else {
-        w.trigger.observe(free, durable)
+        let ps = u64::from(committed.page_size).max(1);
+        let live = committed.live_pages * ps;
+        let span = shared
+            .opts
+            .max_unsynced
+            .limit(live)
+            .map_or(u64::MAX, |b| b / ps);
+        w.trigger.observe(free, durable, span)
     };
     if c.cancel.load(Ordering::Acquire) || hw == 0 {
         return;

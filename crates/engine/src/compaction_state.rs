@@ -131,12 +131,21 @@ pub(crate) struct Trigger {
     born: Option<u64>,
     /// Commits observed since the last quiet check ([`Trigger::quiet`]).
     commits: u64,
+    /// Free pages when the current window began, and how far they may grow before the window
+    /// ends anyway (see [`Trigger::observe`]).
+    window_base: u64,
+    span: u64,
 }
 
 impl Trigger {
     /// Record the free pages after a commit; the pages of slack over the baseline.
-    pub(crate) fn observe(&mut self, free: u64, durable: crate::TxId) -> u64 {
+    /// A window also ends once free pages have grown by `span` since it began (the
+    /// `max_unsynced_bytes` limit, in pages): under a policy that does not reuse them (Null)
+    /// and commits that are not durable, the durable txid may stand still for many commits
+    /// while garbage piles up, and a window that never ends would never count it.
+    pub(crate) fn observe(&mut self, free: u64, durable: crate::TxId, span: u64) -> u64 {
         self.commits += 1;
+        self.span = span;
         self.roll(free, durable)
     }
 
@@ -146,6 +155,7 @@ impl Trigger {
     pub(crate) fn quiet(&mut self, free: u64, durable: crate::TxId) -> u64 {
         if self.started && self.commits == 0 && durable == self.window {
             (self.prev_min, self.cur_min) = (self.cur_min, free);
+            self.window_base = free;
         }
         self.commits = 0;
         self.roll(free, durable)
@@ -155,8 +165,12 @@ impl Trigger {
         if !self.started {
             self.started = true;
             (self.cur_min, self.prev_min, self.window) = (free, free, durable);
-        } else if durable != self.window {
+            self.window_base = free;
+        } else if durable != self.window
+            || (self.span > 0 && free >= self.window_base.saturating_add(self.span))
+        {
             (self.prev_min, self.cur_min, self.window) = (self.cur_min, free, durable);
+            self.window_base = free;
         } else {
             self.cur_min = self.cur_min.min(free);
         }
