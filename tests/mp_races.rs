@@ -1,0 +1,157 @@
+//! Races between the threads of one process and another process's writer (docs/format.md,
+//! "Several processes"), made deterministic: two handles opened with
+//! `Db::open_with_storage_as_process` stand for two processes, and a storage hook runs the
+//! other side of the race at the exact storage call where it would hurt.
+
+use std::fmt;
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use larch::{Db, Durability, FileStorage, Options, Storage, WriteMode};
+use larch_testkit::scratch_dir;
+
+type HookFn = Box<dyn FnOnce() + Send>;
+
+/// Runs a closure once, at the next `len` or `sync` call after it is armed.
+#[derive(Default)]
+struct Hook {
+    on_len: Mutex<Option<HookFn>>,
+    on_sync: Mutex<Option<HookFn>>,
+    fired: AtomicBool,
+}
+
+impl Hook {
+    fn arm_len(&self, f: impl FnOnce() + Send + 'static) {
+        *self.on_len.lock().unwrap() = Some(Box::new(f));
+    }
+    fn run(&self, slot: &Mutex<Option<HookFn>>) {
+        let f = slot.lock().unwrap().take();
+        if let Some(f) = f {
+            f();
+            self.fired.store(true, Ordering::Release);
+        }
+    }
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+}
+
+/// A file storage that runs the hook's closures.
+struct Hooked {
+    inner: FileStorage,
+    hook: Arc<Hook>,
+}
+
+impl fmt::Debug for Hooked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hooked").finish()
+    }
+}
+
+impl Storage for Hooked {
+    fn len(&self) -> std::io::Result<u64> {
+        self.hook.run(&self.hook.on_len);
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> std::io::Result<()> {
+        self.inner.write_at(offset, bufs)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.hook.run(&self.hook.on_sync);
+        self.inner.sync()
+    }
+    fn file(&self) -> &File {
+        self.inner.file()
+    }
+}
+
+fn open_rw(path: &Path) -> File {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
+}
+
+/// A handle standing for another process, and one whose storage calls run `hook`.
+fn two_processes(path: &Path, opts: Options) -> (Db, Db, Arc<Hook>) {
+    drop(Db::open(path, opts).unwrap());
+    let plain = Db::open_with_storage_as_process(
+        path,
+        Box::new(FileStorage::new(open_rw(path), WriteMode::Pwrite)),
+        opts,
+    )
+    .unwrap();
+    let hook = Arc::new(Hook::default());
+    let hooked = Db::open_with_storage_as_process(
+        path,
+        Box::new(Hooked {
+            inner: FileStorage::new(open_rw(path), WriteMode::Pwrite),
+            hook: hook.clone(),
+        }),
+        opts,
+    )
+    .unwrap();
+    (plain, hooked, hook)
+}
+
+fn put(db: &Db, k: &[u8], v: &[u8], d: Durability) {
+    let mut tx = db.begin_write().unwrap();
+    tx.set_durability(d);
+    tx.open_tree("t").unwrap().insert(k, v).unwrap();
+    tx.commit().unwrap();
+}
+
+fn get(db: &Db, k: &[u8]) -> Option<Vec<u8>> {
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").ok()?;
+    let v = t.get(k).unwrap().map(|v| v.to_vec());
+    v
+}
+
+/// A reader that catches up with another process's commit `T1` reads its meta; if a writer
+/// thread of its own process commits `T2` meanwhile (here Async, which other processes do not
+/// see), the reader must not then make `T1` the snapshot new readers and the next write
+/// transaction start from: `T2` would vanish from this process's reads, and the next commit
+/// would reuse txid `T2` on top of `T1`, losing it.
+#[test]
+fn a_reader_catching_up_never_hides_a_newer_commit_of_its_own_process() {
+    let dir = scratch_dir();
+    let path = dir.path().join("db.larch");
+    let (other, db, hook) = two_processes(&path, Options::default());
+    // The other process commits T1 and grows the file, so this process's catch-up reads the
+    // file's length (the hook) between reading T1's txid and publishing T1's meta.
+    put(&other, b"big", &vec![1u8; 4 << 20], Durability::Sync);
+    let w = db.clone();
+    hook.arm_len(move || {
+        std::thread::spawn(move || put(&w, b"w", b"1", Durability::Async))
+            .join()
+            .unwrap();
+    });
+    drop(db.begin_read().unwrap());
+    assert!(hook.fired());
+    // The Async commit returned before this read began: it must see it.
+    assert_eq!(
+        get(&db, b"w").as_deref(),
+        Some(&b"1"[..]),
+        "a committed write vanished"
+    );
+    put(&db, b"after", b"2", Durability::Sync);
+    assert_eq!(
+        get(&db, b"w").as_deref(),
+        Some(&b"1"[..]),
+        "the next commit lost it"
+    );
+    drop(other);
+    let txid = db.begin_read().unwrap().txid();
+    drop(db);
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    assert_eq!(db.begin_read().unwrap().txid(), txid);
+    assert_eq!(get(&db, b"w").as_deref(), Some(&b"1"[..]));
+}
