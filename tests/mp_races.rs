@@ -7,7 +7,9 @@ use std::fmt;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use larch::{Db, Durability, FileStorage, Options, Storage, WriteMode};
 use larch_testkit::scratch_dir;
@@ -25,6 +27,9 @@ struct Hook {
 impl Hook {
     fn arm_len(&self, f: impl FnOnce() + Send + 'static) {
         *self.on_len.lock().unwrap() = Some(Box::new(f));
+    }
+    fn arm_sync(&self, f: impl FnOnce() + Send + 'static) {
+        *self.on_sync.lock().unwrap() = Some(Box::new(f));
     }
     fn run(&self, slot: &Mutex<Option<HookFn>>) {
         let f = slot.lock().unwrap().take();
@@ -154,4 +159,60 @@ fn a_reader_catching_up_never_hides_a_newer_commit_of_its_own_process() {
     db.check().unwrap();
     assert_eq!(db.begin_read().unwrap().txid(), txid);
     assert_eq!(get(&db, b"w").as_deref(), Some(&b"1"[..]));
+}
+
+/// `Db::sync` in a process that does not hold the writer lock syncs the file and then marks
+/// this process's commits durable. A writer thread of the same process that was waiting for
+/// the lock may meanwhile take it and make a NoMetaSync commit (meta written, not synced):
+/// the sync must not count that one as durable. (If it does, the next one-fsync commit
+/// overwrites the meta slot of the last commit that really is durable while the newest meta
+/// is not synced: a power cut then leaves no valid fallback.)
+#[test]
+fn a_sync_without_the_writer_lock_marks_durable_only_what_it_synced() {
+    let dir = scratch_dir();
+    let path = dir.path().join("db.larch");
+    let (other, db, hook) = two_processes(&path, Options::default());
+    put(&db, b"a", b"1", Durability::Sync);
+    // The other process holds the writer lock until told to commit.
+    let (go, go_rx) = mpsc::channel::<()>();
+    let (held, held_rx) = mpsc::channel::<()>();
+    let other_writer = std::thread::spawn(move || {
+        let tx = other.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"o", b"1").unwrap();
+        held.send(()).unwrap();
+        go_rx.recv().unwrap();
+        tx.commit().unwrap();
+        other
+    });
+    held_rx.recv().unwrap();
+    // A writer thread of this process waits for the lock (holding the in-process one).
+    let (done, done_rx) = mpsc::channel::<()>();
+    let y = db.clone();
+    let writer = std::thread::spawn(move || {
+        let mut tx = y.begin_write().unwrap();
+        tx.set_durability(Durability::NoMetaSync);
+        let txid = tx.txid();
+        tx.open_tree("t").unwrap().insert(b"y", b"1").unwrap();
+        tx.commit().unwrap();
+        let _ = done.send(());
+        txid
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // While this thread's sync is in its fdatasync, the other process commits and this
+    // process's writer commits NoMetaSync (its meta lands after the sync).
+    hook.arm_sync(move || {
+        go.send(()).unwrap();
+        // (Once fixed, the writer waits for the sync: do not wait for it forever.)
+        let _ = done_rx.recv_timeout(Duration::from_millis(500));
+    });
+    db.sync().unwrap();
+    assert!(hook.fired());
+    let y_txid = writer.join().unwrap();
+    let other = other_writer.join().unwrap();
+    let durable = db.stats().unwrap().durable_txid;
+    assert!(
+        durable < y_txid,
+        "durable txid {durable} counts NoMetaSync commit {y_txid}, whose meta was written after the sync"
+    );
+    drop(other);
 }

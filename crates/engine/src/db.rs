@@ -456,19 +456,21 @@ impl Db {
             let open_file = self.current_file();
             open_file.pager.check_writable()?;
             let writer = open_file.writer.try_lock();
+            let mut st = open_file.durability.lock();
             if let Some(lock) = open_file.lock() {
                 if !lock.held() {
                     // Every commit of this process has its meta on disk (it keeps the writer
                     // lock until then), and another process may be writing: no meta may be
-                    // written from here. Syncing the file makes them durable.
+                    // written from here. Syncing the file makes them durable. The durability
+                    // lock is held across the sync: a writer thread of this process may take
+                    // the writer lock meanwhile, and a meta it wrote after the sync began
+                    // (NoMetaSync) must not be counted as synced (commit_meta waits for it).
                     open_file.pager.sync()?;
-                    let mut st = open_file.durability.lock();
                     st.synced_on_disk();
                     open_file.note_durable(st.durable);
                     return Ok(());
                 }
             }
-            let mut st = open_file.durability.lock();
             if open_file.retired.load(Ordering::Acquire) {
                 continue;
             }
