@@ -341,6 +341,28 @@ fn child() {
                 None => println!("value none"),
             }
         }
+        "overwrite" => {
+            // Open read-write; on "go" (or at once with LARCH_MP_NOW) overwrite every value of
+            // tree "t" with LARCH_MP_BYTE under LARCH_MP_DUR, then wait to be killed.
+            let db = Db::open(&path, Options::default()).unwrap();
+            let byte = env_u64("LARCH_MP_BYTE", b'x' as u64) as u8;
+            println!("ready");
+            if std::env::var("LARCH_MP_NOW").is_err() {
+                let mut line = String::new();
+                let _ = std::io::stdin().read_line(&mut line);
+            }
+            let mut tx = db.begin_write().unwrap();
+            tx.set_durability(dur);
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in 0..200u32 {
+                    t.insert(&i.to_be_bytes(), &[byte; 500]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            println!("committed");
+            std::thread::sleep(Duration::from_secs(120));
+        }
         "two_commits" => {
             // Commit k = "old"; on a line from stdin commit k = "new"; wait to be killed (no
             // clean close).
@@ -762,4 +784,74 @@ fn a_torn_commit_that_recovery_fell_back_from_is_never_opened_by_a_later_process
     assert_eq!(k.expect("value"), "value old");
     k.wait_ok();
     drop(db);
+}
+
+/// The lock file's header names `txid` as the newest commit, and as durable: what it says
+/// when the writer that wrote a newer meta was killed between writing it and publishing it.
+fn rewind_lock_file(path: &Path, txid: u64) {
+    use std::os::unix::fs::FileExt;
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("{}-lock", path.display()))
+        .unwrap();
+    lock.write_all_at(&(txid + 1).to_ne_bytes(), 40).unwrap();
+    lock.write_all_at(&(txid + 1).to_ne_bytes(), 48).unwrap();
+}
+
+/// A writer process killed after writing its meta but before publishing it leaves the lock
+/// file naming the commit before. The next writer must build on the newest meta in the file,
+/// not on its own older state: pages that meta reaches are not free.
+#[test]
+fn a_writer_after_one_killed_before_publishing_builds_on_the_file_s_newest_meta() {
+    let (_dir, path) = scratch("unpublished");
+    let t0 = {
+        let db = Db::open(&path, Options::default()).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..200u32 {
+                t.insert(&i.to_be_bytes(), &[b'a'; 500]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        db.begin_read().unwrap().txid()
+    };
+    // A: attached at t0, writes later.
+    let mut a = spawn(
+        "overwrite",
+        &path,
+        &[
+            ("LARCH_MP_BYTE", (b'c' as u64).to_string()),
+            ("LARCH_MP_DUR", "async".into()),
+        ],
+    );
+    a.expect("ready");
+    // B: commits t0 + 1 (NoMetaSync: no manifest) and dies before publishing it.
+    let mut b = spawn(
+        "overwrite",
+        &path,
+        &[
+            ("LARCH_MP_BYTE", (b'b' as u64).to_string()),
+            ("LARCH_MP_DUR", "nometasync".into()),
+            ("LARCH_MP_NOW", "1".into()),
+        ],
+    );
+    b.expect("committed");
+    b.kill();
+    rewind_lock_file(&path, t0);
+    // A writes (Async: pages only) and dies too.
+    assert_eq!(a.say_and("go", "committed"), "committed");
+    a.kill();
+    // Recovery opens B's commit or the one before it, whole; never A's lost pages.
+    let db = Db::open(&path, Options::default()).unwrap();
+    let check = db.check();
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    let bytes: std::collections::BTreeSet<u8> =
+        t.iter().unwrap().map(|e| e.unwrap().1[0]).collect();
+    assert!(
+        check.is_ok() && (bytes == [b'a'].into() || bytes == [b'b'].into()),
+        "opened commit {} holds values {bytes:?} (check: {check:?})",
+        rx.txid()
+    );
 }

@@ -201,6 +201,14 @@ impl Db {
                 // durable before building on it as the fallback.
                 pager.sync()?;
             }
+            if !opts.read_only {
+                // Published before the readers are scanned (the reader protocol): a reader
+                // that registers an older snapshot after the scan sees it on its re-check.
+                // (A writer killed before publishing its meta leaves the file newer than
+                // the lock file.)
+                lock.file.publish_committed(meta.txid);
+                lock.file.publish_durable(meta.txid);
+            }
             // Readers of other processes may hold older snapshots than the opened one.
             let _ = lock.file.clear_stale();
             let pinned_by = lock
@@ -208,12 +216,7 @@ impl Db {
                 .oldest_reader()
                 .is_some_and(|o| o < meta.txid)
                 .then_some(meta.txid);
-            let open_file = Self::from_pager(pager, opened, opts, pinned_by)?;
-            if !opts.read_only {
-                lock.file.publish_committed(meta.txid);
-                lock.file.publish_durable(meta.txid);
-            }
-            Ok(open_file)
+            Self::from_pager(pager, opened, opts, pinned_by)
         })();
         if need_writer {
             let _ = lock.file.release_writer();
