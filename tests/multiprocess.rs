@@ -80,6 +80,24 @@ impl Kid {
         }
     }
 
+    /// The next line the child prints that starts with any of `words`.
+    fn expect_any(&mut self, words: &[&str]) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.out.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "child {} exited before printing any of {words:?}: {:?}",
+                self.role,
+                self.child.wait()
+            );
+            if words.iter().any(|w| line.starts_with(w)) {
+                return line.trim().to_string();
+            }
+        }
+    }
+
     fn say(&mut self, line: &str) {
         let w = self.stdin.as_mut().unwrap();
         writeln!(w, "{line}").unwrap();
@@ -339,6 +357,22 @@ fn child() {
             match v {
                 Some(v) => println!("value {}", String::from_utf8_lossy(&v)),
                 None => println!("value none"),
+            }
+        }
+        "try_write" => {
+            // Open read-write; once told, try to begin a write transaction.
+            match Db::open(&path, Options::default()) {
+                Err(e) => println!("refused {e}"),
+                Ok(db) => {
+                    println!("opened");
+                    let mut line = String::new();
+                    let _ = std::io::stdin().read_line(&mut line);
+                    match db.try_begin_write() {
+                        Ok(_) => println!("writing"),
+                        Err(Error::WriterBusy { .. }) => println!("busy"),
+                        Err(e) => println!("refused {e}"),
+                    }
+                }
             }
         }
         "overwrite" => {
@@ -854,4 +888,31 @@ fn a_writer_after_one_killed_before_publishing_builds_on_the_file_s_newest_meta(
         "opened commit {} holds values {bytes:?} (check: {check:?})",
         rx.txid()
     );
+}
+
+#[test]
+fn two_processes_opening_one_file_through_two_hard_links_never_write_at_once() {
+    let (_dir, path) = scratch("links");
+    let db = Db::open(&path, Options::default()).unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
+    tx.commit().unwrap();
+    let link = path.with_extension("link");
+    std::fs::hard_link(&path, &link).unwrap();
+    let mut kid = spawn("try_write", &link, &[]);
+    let line = kid.expect_any(&["opened", "refused"]);
+    if line == "opened" {
+        let tx = db.begin_write().unwrap();
+        kid.say("go");
+        let got = kid.expect_any(&["writing", "busy", "refused"]);
+        assert!(
+            got.starts_with("busy") || got.starts_with("refused"),
+            "another process began a write transaction through a hard link while this one \
+             had one open: {got}"
+        );
+        drop(tx);
+    } else {
+        assert!(line.starts_with("refused"), "{line}");
+    }
+    kid.kill();
 }

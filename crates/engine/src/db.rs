@@ -1,5 +1,6 @@
 //! The database handle: open, snapshots and the reader table, the writer lock, sync, close.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -118,7 +119,9 @@ impl Db {
         };
         let resolved = larch_pager::resolve_path(path)?;
         if !resolved.exists() && (opts.read_only || !opts.create) {
-            // Nothing to attach to: let the pager say what is missing.
+            // Nothing to attach to: let the pager say what is missing. (Exclusive: should the
+            // file appear meanwhile, a handle without the lock file must read alone.)
+            popts.flock = FileLock::Exclusive;
             let (pager, opened) = Pager::open(&resolved, popts)?;
             return Ok(Self::wrap(Self::from_pager(pager, opened, opts, None)?));
         }
@@ -128,16 +131,23 @@ impl Db {
             true => Some(InodeClaim::claim_path(&resolved, !opts.read_only)?),
             false => None,
         };
-        let lock = match LockFile::open(&resolved, true) {
-            Ok(l) => Some(Arc::new(ProcessLock::new(l))),
+        // A file with several names (hard links) is opened without the lock file and alone,
+        // as larch did before it had one: a process opening it through another name would
+        // attach to that name's lock file and never see this one's readers and writer. The
+        // exclusive flock keeps out every other handle, lock-file ones included (they hold it
+        // shared), whichever handle came first.
+        let linked = std::fs::metadata(&resolved).is_ok_and(|m| m.nlink() > 1);
+        let lock = match (!linked).then(|| LockFile::open(&resolved, true)) {
+            None => None,
+            Some(Ok(l)) => Some(Arc::new(ProcessLock::new(l))),
             // A read-only opener that may not write the lock file (a read-only directory or
             // file system) reads alone: it keeps every other handle out by an exclusive flock.
-            Err(LockFileError::NotWritable { .. } | LockFileError::Missing { .. })
+            Some(Err(LockFileError::NotWritable { .. } | LockFileError::Missing { .. }))
                 if opts.read_only =>
             {
                 None
             }
-            Err(e) => return Err(e.into()),
+            Some(Err(e)) => return Err(e.into()),
         };
         let Some(lock) = lock else {
             popts.flock = FileLock::Exclusive;
