@@ -6,12 +6,12 @@
 use std::fmt;
 use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use larch::{Db, Durability, FileStorage, Options, Storage, WriteMode};
+use larch::{CompactionFs, Db, Durability, FileStorage, Options, Policy, Storage, WriteMode};
 use larch_testkit::scratch_dir;
 
 type HookFn = Box<dyn FnOnce() + Send>;
@@ -21,6 +21,8 @@ type HookFn = Box<dyn FnOnce() + Send>;
 struct Hook {
     on_len: Mutex<Option<HookFn>>,
     on_sync: Mutex<Option<HookFn>>,
+    /// Syncs to let pass before `on_sync` runs.
+    skip_syncs: AtomicUsize,
     fired: AtomicBool,
 }
 
@@ -67,7 +69,13 @@ impl Storage for Hooked {
         self.inner.write_at(offset, bufs)
     }
     fn sync(&self) -> std::io::Result<()> {
-        self.hook.run(&self.hook.on_sync);
+        let skip = &self.hook.skip_syncs;
+        if skip
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_err()
+        {
+            self.hook.run(&self.hook.on_sync);
+        }
         self.inner.sync()
     }
     fn file(&self) -> &File {
@@ -215,4 +223,181 @@ fn a_sync_without_the_writer_lock_marks_durable_only_what_it_synced() {
         "durable txid {durable} counts NoMetaSync commit {y_txid}, whose meta was written after the sync"
     );
     drop(other);
+}
+
+/// The file compaction opens `which`-th (0: the copy's, 1: the switch's, then again for the
+/// next compaction) gets a storage that runs `hook`.
+struct HookedCompaction {
+    hook: Arc<Hook>,
+    which: usize,
+    opened: AtomicUsize,
+}
+
+impl fmt::Debug for HookedCompaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HookedCompaction").finish()
+    }
+}
+
+impl CompactionFs for HookedCompaction {
+    fn storage(&self, _path: &Path, file: File, mode: WriteMode) -> Box<dyn Storage> {
+        if self.opened.fetch_add(1, Ordering::AcqRel) % 2 != self.which {
+            return Box::new(FileStorage::new(file, mode));
+        }
+        Box::new(Hooked {
+            inner: FileStorage::new(file, mode),
+            hook: self.hook.clone(),
+        })
+    }
+}
+
+/// The background file switch copies the old file's commits up to a last snapshot, then
+/// renames the copy over the path once no other process is attached. Another process that
+/// attaches, commits and detaches between that last snapshot and the rename must not have its
+/// (acknowledged, durable) commit dropped with the old file.
+#[test]
+fn a_background_switch_never_drops_a_commit_another_process_made_during_its_last_round() {
+    let dir = scratch_dir();
+    let path = dir.path().join("db.larch");
+    drop(Db::open(&path, Options::default()).unwrap());
+    let hook = Arc::new(Hook::default());
+    let opts = Options::default()
+        .policy(Policy::Null)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0);
+    let db = Db::open_with_storage_and_fs_as_process(
+        &path,
+        Box::new(FileStorage::new(open_rw(&path), WriteMode::Pwrite)),
+        opts,
+        Arc::new(HookedCompaction {
+            hook: hook.clone(),
+            which: 1,
+            opened: AtomicUsize::new(0),
+        }),
+    )
+    .unwrap();
+    // The switch's file syncs first when it is opened; the next sync is in the switch's last
+    // round (no commits come meanwhile), after its last snapshot of the old file.
+    hook.skip_syncs.store(1, Ordering::Release);
+    let other_done = Arc::new(Mutex::new(None));
+    let slot = other_done.clone();
+    let p = path.clone();
+    hook.arm_sync(move || {
+        let (done, done_rx) = mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let other = Db::open(&p, Options::default()).unwrap();
+            put(&other, b"z", b"another process", Durability::Sync);
+            drop(other);
+            let _ = done.send(());
+        });
+        // (Once fixed, the other process waits for the switch: do not wait forever.)
+        let _ = done_rx.recv_timeout(Duration::from_millis(500));
+        *slot.lock().unwrap() = Some(t);
+    });
+    let mut round = 0u32;
+    while !hook.fired() {
+        assert!(
+            round < 100,
+            "no background compaction reached its last round"
+        );
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..600u32 {
+                let v = format!("round {round} key {i} {}", "x".repeat(100));
+                t.insert(&i.to_be_bytes(), v.as_bytes()).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let _ = db.wait_for_compaction();
+        round += 1;
+    }
+    // Fixed, the switch is abandoned: the other process was attached by then.
+    let _ = db.wait_for_compaction();
+    let t = other_done.lock().unwrap().take().unwrap();
+    t.join().unwrap();
+    assert_eq!(
+        get(&db, b"z").as_deref(),
+        Some(&b"another process"[..]),
+        "the switch dropped another process's commit (compactions: {})",
+        db.compactions()
+    );
+    drop(db);
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    assert_eq!(get(&db, b"z").as_deref(), Some(&b"another process"[..]));
+}
+
+/// A process whose Async commits keep the writer lock lets go of it once a background switch
+/// has made every commit durable in the new file: other processes may write then.
+#[test]
+fn a_background_switch_releases_the_writer_lock_async_commits_kept() {
+    let dir = scratch_dir();
+    let path = dir.path().join("db.larch");
+    drop(Db::open(&path, Options::default()).unwrap());
+    let hook = Arc::new(Hook::default());
+    let opts = Options::default()
+        .policy(Policy::Null)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0);
+    let db = Db::open_with_storage_and_fs_as_process(
+        &path,
+        Box::new(FileStorage::new(open_rw(&path), WriteMode::Pwrite)),
+        opts,
+        Arc::new(HookedCompaction {
+            hook: hook.clone(),
+            which: 0,
+            opened: AtomicUsize::new(0),
+        }),
+    )
+    .unwrap();
+    // While the compaction copies, this process makes an Async commit (and keeps the lock).
+    let (copying, copying_rx) = mpsc::channel::<()>();
+    let (go, go_rx) = mpsc::channel::<()>();
+    hook.arm_sync(move || {
+        copying.send(()).unwrap();
+        go_rx.recv().unwrap();
+    });
+    let mut round = 0u32;
+    loop {
+        assert!(round < 100, "no background compaction");
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..600u32 {
+                let v = format!("round {round} key {i} {}", "x".repeat(100));
+                t.insert(&i.to_be_bytes(), v.as_bytes()).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        round += 1;
+        if copying_rx.recv_timeout(Duration::from_millis(50)).is_ok() {
+            break;
+        }
+    }
+    put(&db, b"async", b"1", Durability::Async);
+    go.send(()).unwrap();
+    db.wait_for_compaction().unwrap();
+    assert_eq!(db.compactions(), 1);
+    // Another process opens (a read-write open takes the writer lock for a moment) and
+    // writes at once.
+    let (opened, opened_rx) = mpsc::channel();
+    let p = path.clone();
+    std::thread::spawn(move || {
+        let other = Db::open_with_storage_as_process(
+            &p,
+            Box::new(FileStorage::new(open_rw(&p), WriteMode::Pwrite)),
+            Options::default(),
+        );
+        let _ = opened.send(other);
+    });
+    let other = opened_rx
+        .recv_timeout(Duration::from_secs(2))
+        .expect("the switch kept the writer lock with every commit durable")
+        .unwrap();
+    let tx = other.try_begin_write().unwrap();
+    tx.open_tree("t").unwrap().insert(b"o", b"1").unwrap();
+    tx.commit().unwrap();
+    assert_eq!(get(&other, b"async").as_deref(), Some(&b"1"[..]));
+    assert_eq!(get(&db, b"o").as_deref(), Some(&b"1"[..]));
 }

@@ -159,9 +159,15 @@ impl Db {
             return Ok(Self::wrap(open_file));
         };
         let resolved2 = resolved.clone();
-        Self::open_attached(&resolved, opts, popts, lock, Some(claim), move |p| {
-            Ok(Pager::open(&resolved2, p)?)
-        })
+        Self::open_attached(
+            &resolved,
+            opts,
+            popts,
+            lock,
+            Some(claim),
+            move |p| Ok(Pager::open(&resolved2, p)?),
+            Arc::new(crate::fs::RealFs),
+        )
     }
 
     /// Open through the lock file `lock`: `open_pager` opens the data file with the options
@@ -175,6 +181,7 @@ impl Db {
         lock: Arc<ProcessLock>,
         mut claim: Option<Option<InodeClaim>>,
         open_pager: impl FnOnce(PagerOptions) -> Result<(Pager, OpenedMetas)>,
+        fs: Arc<dyn crate::fs::CompactionFs>,
     ) -> Result<Db> {
         popts.flock = FileLock::Shared;
         // A read-write open builds the writer's state, and the first open after every
@@ -236,7 +243,7 @@ impl Db {
         if let Some(Some(c)) = claim {
             let _ = open_file.inode.set(c);
         }
-        Ok(Self::wrap(open_file))
+        Ok(Self::wrap_with_fs(open_file, fs))
     }
 
     /// Open the database at `path` as if from another process: attached to its lock file
@@ -249,6 +256,18 @@ impl Db {
         path: impl AsRef<Path>,
         storage: Box<dyn Storage>,
         opts: Options,
+    ) -> Result<Db> {
+        Self::open_with_storage_and_fs_as_process(path, storage, opts, Arc::new(crate::fs::RealFs))
+    }
+
+    /// [`Db::open_with_storage_as_process`], with compaction's new files and directory
+    /// operations going through `fs`. A test hook: only with the feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
+    pub fn open_with_storage_and_fs_as_process(
+        path: impl AsRef<Path>,
+        storage: Box<dyn Storage>,
+        opts: Options,
+        fs: Arc<dyn crate::fs::CompactionFs>,
     ) -> Result<Db> {
         opts.validate()?;
         let resolved = larch_pager::resolve_path(path.as_ref())?;
@@ -264,9 +283,15 @@ impl Db {
             live: false,
         };
         let r2 = resolved.clone();
-        Self::open_attached(&resolved, opts, popts, lock, None, move |p| {
-            Ok(Pager::open_storage(&r2, storage, p)?)
-        })
+        Self::open_attached(
+            &resolved,
+            opts,
+            popts,
+            lock,
+            None,
+            move |p| Ok(Pager::open_storage(&r2, storage, p)?),
+            fs,
+        )
     }
 
     fn wrap(open_file: OpenFile) -> Db {
