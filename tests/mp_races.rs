@@ -401,3 +401,39 @@ fn a_background_switch_releases_the_writer_lock_async_commits_kept() {
     assert_eq!(get(&other, b"async").as_deref(), Some(&b"1"[..]));
     assert_eq!(get(&db, b"o").as_deref(), Some(&b"1"[..]));
 }
+
+/// Close makes every commit durable, NoMetaSync ones included (README, "Durability"), also
+/// when another process holds the writer lock at that moment: it cannot write a meta then,
+/// but its commits all have theirs on disk, and an fdatasync makes them durable.
+#[test]
+fn close_syncs_nometasync_commits_while_another_process_holds_the_writer_lock() {
+    use larch_testkit::recording::{IoLog, IoOp, Recording};
+    let dir = scratch_dir();
+    let path = dir.path().join("db.larch");
+    drop(Db::open(&path, Options::default()).unwrap());
+    let log: IoLog = Default::default();
+    let db = Db::open_with_storage_as_process(
+        &path,
+        Box::new(Recording::new(open_rw(&path), &log)),
+        Options::default(),
+    )
+    .unwrap();
+    let other = Db::open_with_storage_as_process(
+        &path,
+        Box::new(FileStorage::new(open_rw(&path), WriteMode::Pwrite)),
+        Options::default(),
+    )
+    .unwrap();
+    put(&db, b"k", b"v", Durability::NoMetaSync);
+    assert!(matches!(
+        log.lock().unwrap().last(),
+        Some(IoOp::Write { .. })
+    ));
+    let tx = other.begin_write().unwrap();
+    drop(db);
+    assert!(
+        matches!(log.lock().unwrap().last(), Some(IoOp::Sync)),
+        "close returned with a NoMetaSync commit's meta not synced"
+    );
+    drop(tx);
+}

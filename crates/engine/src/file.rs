@@ -388,6 +388,9 @@ impl Drop for OpenFile {
             // while it does) and must not write: another process may be writing.
             let fresh = !lock.held();
             if !matches!(lock.acquire(false), Ok(true)) {
+                // Another process writes: no meta from here, but this process's commits all
+                // have theirs on disk (NoMetaSync ones unsynced), and a sync makes them durable.
+                let _ = self.pager.sync();
                 return;
             }
             let known = self.durability.lock().committed.txid;
