@@ -163,7 +163,7 @@ impl OpenFile {
         Err(Error::LockFile {
             path: lock.file.path().to_path_buf(),
             reason: format!(
-                "the lock file names commit {last} as the newest, but the database holds no such                  meta page (was the database file replaced while in use?)"
+                "the lock file names commit {last} as the newest, but the database holds no such meta page (was the database file replaced while in use?)"
             ),
         })
     }
