@@ -80,6 +80,24 @@ impl Kid {
         }
     }
 
+    /// The next line the child prints that starts with any of `words`.
+    fn expect_any(&mut self, words: &[&str]) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.out.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "child {} exited before printing any of {words:?}: {:?}",
+                self.role,
+                self.child.wait()
+            );
+            if words.iter().any(|w| line.starts_with(w)) {
+                return line.trim().to_string();
+            }
+        }
+    }
+
     fn say(&mut self, line: &str) {
         let w = self.stdin.as_mut().unwrap();
         writeln!(w, "{line}").unwrap();
@@ -340,6 +358,60 @@ fn child() {
                 Some(v) => println!("value {}", String::from_utf8_lossy(&v)),
                 None => println!("value none"),
             }
+        }
+        "try_write" => {
+            // Open read-write; once told, try to begin a write transaction.
+            match Db::open(&path, Options::default()) {
+                Err(e) => println!("refused {e}"),
+                Ok(db) => {
+                    println!("opened");
+                    let mut line = String::new();
+                    let _ = std::io::stdin().read_line(&mut line);
+                    match db.try_begin_write() {
+                        Ok(_) => println!("writing"),
+                        Err(Error::WriterBusy { .. }) => println!("busy"),
+                        Err(e) => println!("refused {e}"),
+                    }
+                }
+            }
+        }
+        "overwrite" => {
+            // Open read-write; on "go" (or at once with LARCH_MP_NOW) overwrite every value of
+            // tree "t" with LARCH_MP_BYTE under LARCH_MP_DUR, then wait to be killed.
+            let db = Db::open(&path, Options::default()).unwrap();
+            let byte = env_u64("LARCH_MP_BYTE", b'x' as u64) as u8;
+            println!("ready");
+            if std::env::var("LARCH_MP_NOW").is_err() {
+                let mut line = String::new();
+                let _ = std::io::stdin().read_line(&mut line);
+            }
+            let mut tx = db.begin_write().unwrap();
+            tx.set_durability(dur);
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in 0..200u32 {
+                    t.insert(&i.to_be_bytes(), &[byte; 500]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            println!("committed");
+            std::thread::sleep(Duration::from_secs(120));
+        }
+        "two_commits" => {
+            // Commit k = "old"; on a line from stdin commit k = "new"; wait to be killed (no
+            // clean close).
+            let db = Db::open(&path, Options::default()).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_tree("t").unwrap().insert(b"k", b"old").unwrap();
+            tx.commit().unwrap();
+            println!("one {}", db.begin_read().unwrap().txid());
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+            let tx = db.begin_write().unwrap();
+            tx.open_tree("t").unwrap().insert(b"k", b"new").unwrap();
+            tx.commit().unwrap();
+            println!("two {}", db.begin_read().unwrap().txid());
+            std::thread::sleep(Duration::from_secs(120));
         }
         other => panic!("unknown role {other}"),
     }
@@ -893,8 +965,9 @@ impl larch::CompactionFs for ForeignCommitFs {
 }
 
 /// A process that attaches, commits and detaches while a background compaction finishes
-/// (between its last catch-up round and the switch, where only this process's writer is held
-/// off) must not lose its commit: the switch, alone by then, takes one more round.
+/// must not lose its commit: the switch holds the writer lock from its last snapshot to the
+/// rename (the other process waits, attached, and the switch is abandoned), and under the
+/// exclusive hold it takes one more round if the old file moved on anyway.
 #[test]
 fn a_commit_by_another_process_during_the_file_switch_is_not_lost() {
     let (_dir, path) = scratch("switch-race");
@@ -923,7 +996,27 @@ fn a_commit_by_another_process_during_the_file_switch_is_not_lost() {
         }
         tx.commit().unwrap();
     }
-    db.wait_for_compaction().unwrap();
+    // A switch that finds the other process attached (waiting for the writer lock the switch
+    // holds from its last snapshot) is abandoned, the old file kept; later ones go through
+    // once the other process has made its 40 commits.
+    let mut round = 8u8;
+    while db.compactions() == 0 && round < 60 {
+        match db.wait_for_compaction() {
+            Ok(_) => {}
+            Err(Error::Compaction(why)) => assert!(why.contains("abandoned"), "{why}"),
+            Err(e) => panic!("{e}"),
+        }
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..3000u32 {
+                t.insert(&i.to_be_bytes(), &[b'a' + round % 20; 5]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        round += 1;
+    }
+    let _ = db.wait_for_compaction();
     assert!(db.compactions() >= 1, "no background compaction ran");
     for t in std::mem::take(&mut *fs.threads.lock().unwrap()) {
         t.join().unwrap();
@@ -941,4 +1034,132 @@ fn a_commit_by_another_process_during_the_file_switch_is_not_lost() {
     }
     drop(rx);
     db.check().unwrap();
+}
+
+/// A power cut during a one-fsync commit can leave its meta whole and some of its pages not:
+/// the next open falls back to the commit before. That torn meta must not be what a process
+/// opening the file *live* (another process attached, no manifest check) then takes.
+#[test]
+fn a_torn_commit_that_recovery_fell_back_from_is_never_opened_by_a_later_process() {
+    let (_dir, path) = scratch("torn");
+    let mut w = spawn("two_commits", &path, &[]);
+    let one: u64 = w.expect("one").split(' ').nth(1).unwrap().parse().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    w.say("go");
+    w.expect("two");
+    w.kill();
+    // What a power cut could leave: the second commit's meta landed, none of its pages did.
+    let mut after = std::fs::read(&path).unwrap();
+    let ps = 4096;
+    for (i, page) in after.chunks_mut(ps).enumerate().skip(2) {
+        match before.get(i * ps..(i + 1) * ps) {
+            Some(old) => page.copy_from_slice(old),
+            None => page.fill(0),
+        }
+    }
+    std::fs::write(&path, &after).unwrap();
+    // Recovery (the first process to attach) falls back to the first commit.
+    let db = Db::open(&path, Options::default()).unwrap();
+    assert_eq!(db.begin_read().unwrap().txid(), one);
+    let mut k = spawn("get", &path, &[]);
+    assert_eq!(k.expect("value"), "value old");
+    k.wait_ok();
+    drop(db);
+}
+
+/// The lock file's header names `txid` as the newest commit, and as durable: what it says
+/// when the writer that wrote a newer meta was killed between writing it and publishing it.
+fn rewind_lock_file(path: &Path, txid: u64) {
+    use std::os::unix::fs::FileExt;
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("{}-lock", path.display()))
+        .unwrap();
+    lock.write_all_at(&(txid + 1).to_ne_bytes(), 40).unwrap();
+    lock.write_all_at(&(txid + 1).to_ne_bytes(), 48).unwrap();
+}
+
+/// A writer process killed after writing its meta but before publishing it leaves the lock
+/// file naming the commit before. The next writer must build on the newest meta in the file,
+/// not on its own older state: pages that meta reaches are not free.
+#[test]
+fn a_writer_after_one_killed_before_publishing_builds_on_the_file_s_newest_meta() {
+    let (_dir, path) = scratch("unpublished");
+    let t0 = {
+        let db = Db::open(&path, Options::default()).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..200u32 {
+                t.insert(&i.to_be_bytes(), &[b'a'; 500]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        db.begin_read().unwrap().txid()
+    };
+    // A: attached at t0, writes later.
+    let mut a = spawn(
+        "overwrite",
+        &path,
+        &[
+            ("LARCH_MP_BYTE", (b'c' as u64).to_string()),
+            ("LARCH_MP_DUR", "async".into()),
+        ],
+    );
+    a.expect("ready");
+    // B: commits t0 + 1 (NoMetaSync: no manifest) and dies before publishing it.
+    let mut b = spawn(
+        "overwrite",
+        &path,
+        &[
+            ("LARCH_MP_BYTE", (b'b' as u64).to_string()),
+            ("LARCH_MP_DUR", "nometasync".into()),
+            ("LARCH_MP_NOW", "1".into()),
+        ],
+    );
+    b.expect("committed");
+    b.kill();
+    rewind_lock_file(&path, t0);
+    // A writes (Async: pages only) and dies too.
+    assert_eq!(a.say_and("go", "committed"), "committed");
+    a.kill();
+    // Recovery opens B's commit or the one before it, whole; never A's lost pages.
+    let db = Db::open(&path, Options::default()).unwrap();
+    let check = db.check();
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    let bytes: std::collections::BTreeSet<u8> =
+        t.iter().unwrap().map(|e| e.unwrap().1[0]).collect();
+    assert!(
+        check.is_ok() && (bytes == [b'a'].into() || bytes == [b'b'].into()),
+        "opened commit {} holds values {bytes:?} (check: {check:?})",
+        rx.txid()
+    );
+}
+
+#[test]
+fn two_processes_opening_one_file_through_two_hard_links_never_write_at_once() {
+    let (_dir, path) = scratch("links");
+    let db = Db::open(&path, Options::default()).unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
+    tx.commit().unwrap();
+    let link = path.with_extension("link");
+    std::fs::hard_link(&path, &link).unwrap();
+    let mut kid = spawn("try_write", &link, &[]);
+    let line = kid.expect_any(&["opened", "refused"]);
+    if line == "opened" {
+        let tx = db.begin_write().unwrap();
+        kid.say("go");
+        let got = kid.expect_any(&["writing", "busy", "refused"]);
+        assert!(
+            got.starts_with("busy") || got.starts_with("refused"),
+            "another process began a write transaction through a hard link while this one \
+             had one open: {got}"
+        );
+        drop(tx);
+    } else {
+        assert!(line.starts_with("refused"), "{line}");
+    }
+    kid.kill();
 }

@@ -28,7 +28,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, Shared, WriterState};
 use crate::options::Durability;
-use crate::process::InodeClaim;
+use crate::process::{InodeClaim, ProcessLock};
 use crate::read::ReadTx;
 
 /// Catch-up rounds before the writer is held off for the last one.
@@ -257,8 +257,57 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     if old.retired.load(Ordering::Acquire) {
         return Err(Error::Compaction("the file was replaced meanwhile".into()));
     }
+    // Other processes' writers too, from the last snapshot to the rename: a process that
+    // commits to the old file after that snapshot and detaches before the rename would lose
+    // its commit with the old file. One that holds the lock now is attached, which refuses
+    // the switch anyway: do not wait for it.
+    let lock = old.lock().cloned();
+    if let Some(l) = &lock {
+        if !l.acquire(false)? {
+            return Err(Error::Compaction(
+                "switch abandoned, the old file kept: another process is writing".into(),
+            ));
+        }
+    }
+    let (before, open_file) = match last_round(h, &old, base, &new, tmp, lock.as_ref()) {
+        Ok(done) => done,
+        Err(e) => {
+            // Still the old file's writer (`w`): let other processes write again.
+            old.release_writer_if_on_disk();
+            return Err(e);
+        }
+    };
+    if let Some(l) = &lock {
+        // Every commit is in the new file and synced; before the new file is current, so
+        // no transaction of this process runs on it yet.
+        l.release();
+    }
+    open_file.writer.lock().trigger = Trigger::compacted();
+    let after = open_file.pager.file_len();
+    *h.current.write() = open_file;
+    old.retired.store(true, Ordering::Release);
+    // Cached snapshots of the old file would keep it open; new reads go to the new one.
+    h.snapshots.clear();
+    drop(w);
+    Ok(CompactReport {
+        before_bytes: before,
+        after_bytes: after,
+    })
+}
+
+/// The switch's last round, under the old file's writer lock (and the lock file's, if
+/// any): copy the last commits, sync, rename the new file over the path. Returns the old
+/// file's size and the new file.
+fn last_round(
+    h: &Arc<Shared>,
+    old: &Arc<OpenFile>,
+    base: ReadTx,
+    new: &Db,
+    tmp: &Path,
+    lock: Option<&Arc<ProcessLock>>,
+) -> Result<(u64, Arc<OpenFile>)> {
     let cur = old.begin_read()?;
-    apply_diff(&base, &cur, &new, Durability::Sync)?;
+    apply_diff(&base, &cur, new, Durability::Sync)?;
     // Both sizes at the switch: the old file kept growing while the copy ran.
     let before = old.pager.file_len();
     new.sync()?;
@@ -274,8 +323,7 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     // No other process may be attached across the rename: hold the lock file's attach byte
     // exclusively (processes opening meanwhile wait in their attach, then open the new file).
     let new_file = new.current_file();
-    let lock = old.lock().cloned();
-    if let Some(l) = &lock {
+    if let Some(l) = lock {
         if !l.file.try_attach_exclusive()? {
             return Err(Error::Compaction(
                 "switch abandoned, the old file kept: another process has it open".into(),
@@ -316,18 +364,7 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
         .unwrap_or_else(|| PathBuf::from("."));
     h.fs.sync_dir(&dir)
         .map_err(|e| io_err("fsync directory", &dir, e))?;
-    let open_file = new_file;
-    open_file.writer.lock().trigger = Trigger::compacted();
-    let after = open_file.pager.file_len();
-    *h.current.write() = open_file;
-    old.retired.store(true, Ordering::Release);
-    // Cached snapshots of the old file would keep it open; new reads go to the new one.
-    h.snapshots.clear();
-    drop(w);
-    Ok(CompactReport {
-        before_bytes: before,
-        after_bytes: after,
-    })
+    Ok((before, new_file))
 }
 
 /// Apply to `new` every change between snapshots `base` and `cur` of the old file. Trees

@@ -1,5 +1,6 @@
 //! The database handle: open, snapshots and the reader table, the writer lock, sync, close.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -119,7 +120,9 @@ impl Db {
         };
         let resolved = larch_pager::resolve_path(path)?;
         if !resolved.exists() && (opts.read_only || !opts.create) {
-            // Nothing to attach to: let the pager say what is missing.
+            // Nothing to attach to: let the pager say what is missing. (Exclusive: should the
+            // file appear meanwhile, a handle without the lock file must read alone.)
+            popts.flock = FileLock::Exclusive;
             let (pager, opened) = Pager::open(&resolved, popts)?;
             return Ok(Self::wrap(Self::from_pager(pager, opened, opts, None)?));
         }
@@ -129,16 +132,23 @@ impl Db {
             true => Some(InodeClaim::claim_path(&resolved, !opts.read_only)?),
             false => None,
         };
-        let lock = match LockFile::open(&resolved, true) {
-            Ok(l) => Some(Arc::new(ProcessLock::new(l))),
+        // A file with several names (hard links) is opened without the lock file and alone,
+        // as larch did before it had one: a process opening it through another name would
+        // attach to that name's lock file and never see this one's readers and writer. The
+        // exclusive flock keeps out every other handle, lock-file ones included (they hold it
+        // shared), whichever handle came first.
+        let linked = std::fs::metadata(&resolved).is_ok_and(|m| m.nlink() > 1);
+        let lock = match (!linked).then(|| LockFile::open(&resolved, true)) {
+            None => None,
+            Some(Ok(l)) => Some(Arc::new(ProcessLock::new(l))),
             // A read-only opener that may not write the lock file (a read-only directory or
             // file system) reads alone: it keeps every other handle out by an exclusive flock.
-            Err(LockFileError::NotWritable { .. } | LockFileError::Missing { .. })
+            Some(Err(LockFileError::NotWritable { .. } | LockFileError::Missing { .. }))
                 if opts.read_only =>
             {
                 None
             }
-            Err(e) => return Err(e.into()),
+            Some(Err(e)) => return Err(e.into()),
         };
         let Some(lock) = lock else {
             popts.flock = FileLock::Exclusive;
@@ -209,6 +219,14 @@ impl Db {
                 // durable before building on it as the fallback.
                 pager.sync()?;
             }
+            if !opts.read_only {
+                // Published before the readers are scanned (the reader protocol): a reader
+                // that registers an older snapshot after the scan sees it on its re-check.
+                // (A writer killed before publishing its meta leaves the file newer than
+                // the lock file.)
+                lock.file.publish_committed(meta.txid);
+                lock.file.publish_durable(meta.txid);
+            }
             // Readers of other processes may hold older snapshots than the opened one.
             let _ = lock.file.clear_stale();
             let pinned_by = lock
@@ -216,12 +234,7 @@ impl Db {
                 .oldest_reader()
                 .is_some_and(|o| o < meta.txid)
                 .then_some(meta.txid);
-            let open_file = Self::from_pager(pager, opened, opts, pinned_by)?;
-            if !opts.read_only {
-                lock.file.publish_committed(meta.txid);
-                lock.file.publish_durable(meta.txid);
-            }
-            Ok(open_file)
+            Self::from_pager(pager, opened, opts, pinned_by)
         })();
         if need_writer {
             let _ = lock.file.release_writer();
@@ -485,18 +498,21 @@ impl Db {
             let open_file = self.current_file();
             open_file.pager.check_writable()?;
             let writer = open_file.writer.try_lock();
+            let mut st = open_file.durability.lock();
             if let Some(lock) = open_file.lock() {
                 if !lock.held() {
                     // Every commit of this process has its meta on disk (it keeps the writer
                     // lock until then), and another process may be writing: no meta may be
-                    // written from here. Syncing the file makes them durable.
+                    // written from here. Syncing the file makes them durable. The durability
+                    // lock is held across the sync: a writer thread of this process may take
+                    // the writer lock meanwhile, and a meta it wrote after the sync began
+                    // (NoMetaSync) must not be counted as synced (commit_meta waits for it).
                     // Every meta on disk when the sync starts is durable when it ends.
                     let on_disk = lock.file.committed_txid();
                     open_file.pager.sync()?;
                     if let Some(k) = on_disk {
                         lock.file.publish_durable(k);
                     }
-                    let mut st = open_file.durability.lock();
                     st.synced_on_disk();
                     open_file.note_durable(st.durable);
                     drop(st);
@@ -508,7 +524,6 @@ impl Db {
                     return Ok(());
                 }
             }
-            let mut st = open_file.durability.lock();
             if open_file.retired.load(Ordering::Acquire) {
                 continue;
             }

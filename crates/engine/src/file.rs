@@ -163,7 +163,7 @@ impl OpenFile {
         Err(Error::LockFile {
             path: lock.file.path().to_path_buf(),
             reason: format!(
-                "the lock file names commit {last} as the newest, but the database holds no such                  meta page (was the database file replaced while in use?)"
+                "the lock file names commit {last} as the newest, but the database holds no such meta page (was the database file replaced while in use?)"
             ),
         })
     }
@@ -229,30 +229,45 @@ impl OpenFile {
         }
     }
 
-    /// Caller just took the cross-process writer lock, holding the in-process one (`w`): if
-    /// another process committed since this process's newest commit, rebuild the writer's
-    /// state from the file. Every commit of that process is on disk (it released the lock
-    /// only then) or lost with it (it died), so the file's newest meta is the state to build
-    /// on; it is synced first unless the lock file says it is durable.
-    pub(crate) fn reload_if_changed(&self, w: &mut WriterState) -> Result<()> {
+    /// Caller holds the cross-process writer lock and the in-process one (`w`); `fresh`: it
+    /// just took the cross-process one. If another process committed since this process's
+    /// newest commit, rebuild the writer's state from the file. Every commit of that process
+    /// is on disk (it released the lock only then) or lost with it (it died), so the file's
+    /// newest meta is the state to build on; it is synced first unless the lock file says it
+    /// is durable.
+    ///
+    /// A writer killed between writing its meta and publishing it leaves the lock file naming
+    /// the commit before, so on a fresh take the file's newest meta is checked too: that meta
+    /// is whole (its pages reached the page cache first), a process opening the file now
+    /// takes it, and pages it reaches are not free.
+    pub(crate) fn reload_if_changed(&self, w: &mut WriterState, fresh: bool) -> Result<()> {
         let Some(lock) = self.lock() else {
             return Ok(());
         };
         let known = self.durability.lock().committed.txid;
         let k = lock.file.committed_txid();
-        if k.is_some_and(|k| k <= known) {
-            return Ok(());
-        }
         if k.is_none() {
             // Nobody published since the lock file was made (this process opened read-only
             // first): what this process opened at is on disk.
             lock.file.publish_committed(known);
             return Ok(());
         }
+        let published_newer = k.is_some_and(|k| k > known);
+        if !published_newer && !fresh {
+            return Ok(());
+        }
         let meta = self.pager.read_newest_meta()?;
+        if !published_newer && meta.txid <= known {
+            return Ok(());
+        }
         if lock.file.durable_txid().is_none_or(|d| d < meta.txid) {
             self.pager.sync()?;
         }
+        // Publish before scanning the readers (the reader protocol, docs/format.md "The lock
+        // file"): a reader that registers an older snapshot after the scan then sees this
+        // commit when it re-checks, and starts over on it.
+        lock.file.publish_committed(meta.txid);
+        lock.file.publish_durable(meta.txid);
         let map = self.pager.map();
         // Readers (here or elsewhere) of snapshots older than the file's newest may still
         // reach pages its free map calls free: hold all of them until they are gone.
@@ -273,12 +288,7 @@ impl OpenFile {
             reader_pinned: Default::default(),
             trigger: Default::default(),
         };
-        {
-            let mut st = self.durability.lock();
-            *st = DurableState::new(meta);
-            lock.file.publish_committed(meta.txid);
-            lock.file.publish_durable(meta.txid);
-        }
+        *self.durability.lock() = DurableState::new(meta);
         self.durable_txid.store(meta.txid, Ordering::Release);
         if meta.txid > self.readers.published() {
             self.publish(meta);
@@ -389,11 +399,23 @@ impl Drop for OpenFile {
         if let Some(lock) = self.lock() {
             // Without the writer lock this process has nothing unsynced (it keeps the lock
             // while it does) and must not write: another process may be writing.
+            let fresh = !lock.held();
             if !matches!(lock.acquire(false), Ok(true)) {
+                // Another process writes: no meta from here, but this process's commits all
+                // have theirs on disk (NoMetaSync ones unsynced), and a sync makes them durable.
+                let _ = self.pager.sync();
                 return;
             }
             let known = self.durability.lock().committed.txid;
-            if lock.file.committed_txid().is_some_and(|k| k > known) {
+            // Taken just now: a writer killed before publishing may have left a newer meta.
+            let newer_on_disk = || {
+                fresh
+                    && self
+                        .pager
+                        .read_newest_meta()
+                        .map_or(true, |m| m.txid > known)
+            };
+            if lock.file.committed_txid().is_some_and(|k| k > known) || newer_on_disk() {
                 // Another process wrote since: this process's state is stale, and its own
                 // commits are all on disk.
                 lock.release();

@@ -140,11 +140,21 @@ impl ReaderTable {
         self.published.load(Ordering::Acquire)
     }
 
-    /// Make `snap` the snapshot new readers get. Must happen before any scan
-    /// ([`ReaderTable::oldest`]) that relies on it (module docs).
+    /// Make `snap` the snapshot new readers get, unless a newer one is published already.
+    /// Must happen before any scan ([`ReaderTable::oldest`]) that relies on it (module docs).
+    ///
+    /// Never moves back: a reader catching up with another process's commit (`catch_up`)
+    /// reads its meta without the writer lock, and a writer thread of this process may
+    /// commit (Async: other processes never see it) before that reader publishes; going back
+    /// would hide the newer commit from this process's readers and make the next write
+    /// transaction start from the older one, reusing the newer one's txid and losing it.
     pub(crate) fn publish(&self, snap: Snapshot) {
         let txid = snap.meta.txid;
-        *self.current.lock() = Arc::new(snap);
+        let mut current = self.current.lock();
+        if txid < current.meta.txid {
+            return;
+        }
+        *current = Arc::new(snap);
         self.published.store(txid, Ordering::Release);
     }
 

@@ -83,6 +83,11 @@ pub struct OpenedMetas {
     /// A durable commit that open skipped because its pages are damaged (only with
     /// [`PagerOptions::fall_back_on_damage`]): what it was and why.
     pub discarded: Option<String>,
+    /// The other slot holds a meta with a higher txid whose checksum holds but whose commit
+    /// does not verify (a commit cut short, or a damaged one discarded): open fell back from
+    /// it. A read-write open that shares the file with other processes erases it (they open
+    /// live, without the manifest check, and would take it).
+    pub newer_unverified: bool,
 }
 
 /// One open database file.
@@ -205,7 +210,12 @@ impl Pager {
         };
         let page_size = metas.current.page_size as usize;
         if !opts.read_only && !opts.live {
-            if metas.discarded.is_some() {
+            // With other processes opening the file live (no manifest check: they trust
+            // every meta whose checksum holds), a newer meta this open fell back from must
+            // go: they would take it, torn pages and all.
+            if metas.discarded.is_some()
+                || (metas.newer_unverified && opts.flock == FileLock::Shared)
+            {
                 discard_damaged_meta(path, storage.as_ref(), &metas.current)?;
             }
             // What we read may sit only in the page cache (a process that crashed before its
@@ -685,11 +695,15 @@ fn read_metas(
         }
     };
     let other_damaged = !other_blank && other.is_err();
+    let newer_unverified = [&zero_decoded, &one_decoded]
+        .into_iter()
+        .any(|m| m.as_ref().is_ok_and(|m| m.txid > current.txid));
     Ok(OpenedMetas {
         current,
         other,
         other_damaged,
         discarded,
+        newer_unverified,
     })
 }
 
