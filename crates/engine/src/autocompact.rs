@@ -335,7 +335,7 @@ fn last_round(
             // now, so one more round under the exclusive hold misses nothing.
             let latest = old.begin_read()?;
             if latest.txid() != cur.txid() {
-                apply_diff(&cur, &latest, &new, Durability::Sync)?;
+                apply_diff(&cur, &latest, new, Durability::Sync)?;
                 new.sync()?;
             }
             // Within this process the new inode is the database now.
