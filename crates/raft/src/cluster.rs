@@ -87,7 +87,7 @@ impl Cluster {
         log: LogStore<TypeConfig>,
     ) -> Result<(), Error> {
         let sm = StateMachine::new(db.clone())?;
-        let raft = Raft::new(id, self.config.clone(), self.router.clone(), log, sm).await?;
+        let raft = Raft::new(id, self.config.clone(), self.router.for_node(id), log, sm).await?;
         self.router.add(id, raft.clone());
         let path = db.path().to_path_buf();
         self.nodes.insert(
@@ -106,7 +106,7 @@ impl Cluster {
         let raft = Raft::new(
             id,
             self.config.clone(),
-            self.router.clone(),
+            self.router.for_node(id),
             MemLog::default(),
             sm.clone(),
         )
@@ -155,45 +155,22 @@ impl Cluster {
         }
     }
 
-    /// A running node that is leader and that the other running nodes it reaches agree on,
-    /// waiting up to `timeout` for one.
-    pub async fn leader(&self, timeout: Duration) -> Result<NodeId, Error> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            for (&id, node) in &self.nodes {
-                let m = node.raft.metrics().borrow().clone();
-                if m.state == ServerState::Leader && m.current_leader == Some(id) {
-                    return Ok(id);
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(
-                    format!("no leader among {:?} after {timeout:?}", self.running()).into(),
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    /// A client of the cluster (it finds the leader through the router, so it can run in
+    /// another task while nodes are killed and restarted).
+    pub fn client(&self) -> Client {
+        Client {
+            router: self.router.clone(),
         }
     }
 
-    /// Write `req` through the leader, retrying (on a new leader if need be) until it is
-    /// acknowledged or `timeout` passes. A retried write may be applied twice: requests here
-    /// are idempotent sets and deletes.
+    /// [`Client::leader`].
+    pub async fn leader(&self, timeout: Duration) -> Result<NodeId, Error> {
+        self.client().leader(timeout).await
+    }
+
+    /// [`Client::write`].
     pub async fn write(&self, req: Request, timeout: Duration) -> Result<Response, Error> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let leader = self.leader(left).await?;
-            match self.raft(leader)?.client_write(req.clone()).await {
-                Ok(r) => return Ok(r.data),
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))
-                | Err(RaftError::Fatal(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-            if Instant::now() > deadline {
-                return Err(format!("write not acknowledged after {timeout:?}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        self.client().write(req, timeout).await
     }
 
     /// `key` in node `id`'s state machine (a local read).
@@ -251,6 +228,60 @@ impl Cluster {
             self.kill(id).await?;
         }
         Ok(())
+    }
+}
+
+/// Writes through whichever reachable node leads.
+#[derive(Clone, Debug)]
+pub struct Client {
+    router: Router,
+}
+
+impl Client {
+    /// A reachable node that is leader by its own metrics, waiting up to `timeout` for one.
+    pub async fn leader(&self, timeout: Duration) -> Result<NodeId, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for id in self.router.ids() {
+                let Some(raft) = self.router.get(id) else {
+                    continue;
+                };
+                let m = raft.metrics().borrow().clone();
+                if m.state == ServerState::Leader && m.current_leader == Some(id) {
+                    return Ok(id);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(
+                    format!("no leader among {:?} after {timeout:?}", self.router.ids()).into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Write `req` through the leader, retrying (on a new leader if need be) until it is
+    /// acknowledged or `timeout` passes. A retried write may be applied twice: the requests
+    /// here are idempotent sets and deletes.
+    pub async fn write(&self, req: Request, timeout: Duration) -> Result<Response, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let leader = self.leader(left).await?;
+            if let Some(raft) = self.router.get(leader) {
+                match raft.client_write(req.clone()).await {
+                    Ok(r) => return Ok(r.data),
+                    // Not the leader any more, or shut down under the request: try again.
+                    Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))
+                    | Err(RaftError::Fatal(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("write not acknowledged after {timeout:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 

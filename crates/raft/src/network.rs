@@ -1,8 +1,10 @@
 //! An in-process network: a [`Router`] from node ids to the `Raft` handles of one process,
 //! each RPC a direct call on the target's handle. For tests, the `raft_kv` example and the
-//! benchmark; a node removed from the router is unreachable (as if killed or cut off).
+//! benchmark. A node removed from the router is unreachable (as if killed); an isolated one
+//! can neither send nor receive, and a reply that comes back after it was isolated is lost
+//! (a clean cut: nothing it does afterwards reaches another node).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
@@ -15,43 +17,99 @@ use openraft::{BasicNode, Raft, RaftNetwork, RaftNetworkFactory};
 
 use crate::{NodeId, TypeConfig};
 
-/// The nodes of one process by id. Cloning shares the table.
+#[derive(Default)]
+struct Table {
+    nodes: BTreeMap<NodeId, Raft<TypeConfig>>,
+    isolated: BTreeSet<NodeId>,
+    /// Snapshot chunks delivered, by target.
+    snapshot_chunks: BTreeMap<NodeId, u64>,
+}
+
+/// The nodes of one process by id. Clones share the table; each node gets its own clone
+/// from [`Router::for_node`], so its connections know where they come from.
 #[derive(Clone, Default)]
 pub struct Router {
-    nodes: Arc<Mutex<BTreeMap<NodeId, Raft<TypeConfig>>>>,
+    table: Arc<Mutex<Table>>,
+    from: Option<NodeId>,
 }
 
 impl std::fmt::Debug for Router {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ids: Vec<NodeId> = self.nodes.lock().unwrap().keys().copied().collect();
-        f.debug_struct("Router").field("nodes", &ids).finish()
+        let t = self.table.lock().unwrap();
+        f.debug_struct("Router")
+            .field("nodes", &t.nodes.keys().collect::<Vec<_>>())
+            .field("isolated", &t.isolated)
+            .field("from", &self.from)
+            .finish()
     }
 }
 
 impl Router {
     /// Make `raft` reachable as node `id`.
     pub fn add(&self, id: NodeId, raft: Raft<TypeConfig>) {
-        self.nodes.lock().unwrap().insert(id, raft);
+        let mut t = self.table.lock().unwrap();
+        t.nodes.insert(id, raft);
+        t.isolated.remove(&id);
     }
 
     /// Make node `id` unreachable; returns its handle.
     pub fn remove(&self, id: NodeId) -> Option<Raft<TypeConfig>> {
-        self.nodes.lock().unwrap().remove(&id)
+        self.table.lock().unwrap().nodes.remove(&id)
     }
 
-    /// Node `id`'s handle, if it is reachable.
+    /// Cut node `id` off both ways, from now on: it receives nothing, what it sends is lost,
+    /// and so is any reply to it or from it still under way.
+    pub fn isolate(&self, id: NodeId) {
+        self.table.lock().unwrap().isolated.insert(id);
+    }
+
+    /// Node `id`'s handle, if it is in the router and not isolated.
     pub fn get(&self, id: NodeId) -> Option<Raft<TypeConfig>> {
-        self.nodes.lock().unwrap().get(&id).cloned()
+        let t = self.table.lock().unwrap();
+        if t.isolated.contains(&id) {
+            return None;
+        }
+        t.nodes.get(&id).cloned()
     }
 
-    fn target<E: std::error::Error>(
+    /// How many snapshot chunks (`install_snapshot` RPCs) node `id` has received: how tests
+    /// tell a catch-up by snapshot from one by the log.
+    pub fn snapshot_chunks_to(&self, id: NodeId) -> u64 {
+        let t = self.table.lock().unwrap();
+        t.snapshot_chunks.get(&id).copied().unwrap_or(0)
+    }
+
+    /// The reachable nodes' ids.
+    pub fn ids(&self) -> Vec<NodeId> {
+        let t = self.table.lock().unwrap();
+        t.nodes
+            .keys()
+            .filter(|id| !t.isolated.contains(id))
+            .copied()
+            .collect()
+    }
+
+    /// The router as node `id` uses it (the network factory to give its `Raft`).
+    pub fn for_node(&self, id: NodeId) -> Router {
+        Router {
+            table: self.table.clone(),
+            from: Some(id),
+        }
+    }
+
+    /// `target`'s handle if a message from this router's node can reach it now.
+    fn reach<E: std::error::Error>(
         &self,
-        id: NodeId,
+        target: NodeId,
     ) -> Result<Raft<TypeConfig>, RPCError<NodeId, BasicNode, E>> {
-        self.get(id).ok_or_else(|| {
+        let raft = match self.from {
+            Some(from) if self.table.lock().unwrap().isolated.contains(&from) => None,
+            _ => self.get(target),
+        };
+        raft.ok_or_else(|| {
             let e = std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
-                format!("node {id} is not in the router"),
+                format!("node {target} is unreachable from {:?}", self.from),
             );
             RPCError::Unreachable(Unreachable::new(&e))
         })
@@ -75,16 +133,24 @@ impl RaftNetworkFactory<TypeConfig> for Router {
     }
 }
 
+/// Send one RPC: reach the target, call it, and deliver the reply only if the two can still
+/// reach each other.
+macro_rules! rpc {
+    ($self:ident, $method:ident, $rpc:expr) => {{
+        let raft = $self.router.reach($self.target)?;
+        let reply = raft.$method($rpc).await;
+        $self.router.reach($self.target)?;
+        reply.map_err(|e| RPCError::RemoteError(RemoteError::new($self.target, e)))
+    }};
+}
+
 impl RaftNetwork<TypeConfig> for Connection {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let raft = self.router.target(self.target)?;
-        raft.append_entries(rpc)
-            .await
-            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        rpc!(self, append_entries, rpc)
     }
 
     async fn install_snapshot(
@@ -95,10 +161,10 @@ impl RaftNetwork<TypeConfig> for Connection {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        let raft = self.router.target(self.target)?;
-        raft.install_snapshot(rpc)
-            .await
-            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        let reply = rpc!(self, install_snapshot, rpc);
+        let mut t = self.router.table.lock().unwrap();
+        *t.snapshot_chunks.entry(self.target).or_default() += 1;
+        reply
     }
 
     async fn vote(
@@ -106,9 +172,6 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: VoteRequest<NodeId>,
         _option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let raft = self.router.target(self.target)?;
-        raft.vote(rpc)
-            .await
-            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        rpc!(self, vote, rpc)
     }
 }
