@@ -80,6 +80,20 @@ impl From<serde_json::Error> for Failure {
     }
 }
 
+/// Run `f`, which blocks on the disk (a sync, or a commit waiting for one), on tokio's
+/// blocking threads, so it does not hold up a runtime worker that Raft's tasks need (with as
+/// many workers as cores, a few such waits stall every node of a process). Outside a tokio
+/// runtime, run it here.
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => match h.spawn_blocking(f).await {
+            Ok(v) => v,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        },
+        Err(_) => f(),
+    }
+}
+
 pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     // Serializing openraft's types and ours to JSON cannot fail: no maps with non-string keys
     // (BTreeMap<u64, _> keys are written as strings), no failing Serialize impls.

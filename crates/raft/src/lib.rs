@@ -24,32 +24,41 @@
 //! durability its own promise needs:
 //!
 //! - **`append`**: openraft wants the entries readable when `append` returns and the callback
-//!   called once they are on disk. So an append is an `Async` commit (visible at once, no
-//!   sync), and its callback goes to the store's flush thread, which calls
-//!   [`larch::Db::sync`] and then fires every callback queued before that sync began: **group
-//!   commit** of the log. While one fdatasync runs, the appends that arrive queue behind it
-//!   and the next fdatasync acknowledges them all. A callback never fires before its entries
-//!   (and, by the ordering above, everything committed before them) are durable.
+//!   called once they are on disk. So `append` only queues them (encoded; readers find them
+//!   in the queue) and returns. The store's log thread writes everything queued in one
+//!   `Async` commit, calls [`larch::Db::sync`] once and then fires the callbacks of every
+//!   append it wrote: **group commit** of the log. Appends that arrive while it syncs wait in
+//!   the queue for the next round, and the caller (openraft's core task) never waits for the
+//!   disk. A callback never fires before its entries, and everything committed before them,
+//!   are durable. (Why not a plain `Sync` commit per append, or an `Async` commit in `append`
+//!   and a sync thread: a commit cannot proceed while a sync of the same file runs, so either
+//!   way the core task would stall for an fdatasync per append, and appends would never
+//!   batch; see docs/benchmarks.md, "larch under openraft".)
 //! - **`save_vote`**: `Sync`. A vote must survive a crash before the node answers the
-//!   candidate, and nothing else would sync it. (Concurrent `Sync` commits share one
-//!   fdatasync through larch's own group commit, `Options::group_commit`.)
+//!   candidate, and nothing else would sync it.
+//! - **`save_committed`**: written with the next round of appends (`Async`), so it never
+//!   reaches the file before the entries it covers.
 //! - **`apply`**: `Async`. **The log is the source of truth.** The state machine may fall back
-//!   after a crash, to an applied log id whose entries are still in the log: openraft re-applies
-//!   from the log on restart (from the applied log id up to the committed one this store
-//!   keeps) or from the leader. It can never be *ahead* of the durable log, since the entries
-//!   it applied were committed to the file before it.
-//! - **`purge`**, **`truncate`**, **`save_committed`**: `Async`. A lost purge leaves extra log
-//!   entries (harmless); a lost truncate leaves entries the next append's truncate removes
-//!   again, and a later append cannot be durable without it. Openraft purges only entries
-//!   that a snapshot covers, and a durable purge implies the durable state machine reached
-//!   that snapshot (it was applied before the purge was committed), so the log never loses
-//!   an entry the state machine still needs.
+//!   after a crash, to an applied log id whose entries are still in the log: openraft
+//!   re-applies from the log on restart (from the applied log id up to the committed one
+//!   this store keeps) or from the leader. If it is durable *ahead* of the log (a follower
+//!   may apply an entry that is still in its queue, and a vote's sync may land between), the
+//!   entries it applied were committed by a quorum, and openraft's startup treats such a
+//!   state machine as a snapshot and purges the log up to it.
+//! - **`purge`**, **`truncate`**: `Async`, after the queue is written. A lost purge leaves
+//!   extra log entries (harmless); a lost truncate leaves entries the next append's truncate
+//!   removes again, and a later append cannot be durable without it. Openraft purges only
+//!   entries that a snapshot covers, and a durable purge implies the durable state machine
+//!   reached that snapshot (it was applied before the purge was committed), so the log never
+//!   loses an entry the state machine still needs.
 //! - **`install_snapshot`**: `Sync`. The node tells the leader it holds the snapshot as soon
 //!   as this returns.
 //!
-//! `Async` commits also cost no sync of their own: every fdatasync the flush thread or a vote
-//! does makes all of them durable too.
-//!
+//! `Async` commits also cost no sync of their own: every fdatasync the log thread or a vote
+//! does makes all of them durable too. Calls that wait for the disk (a vote's sync, a commit
+//! that waits for a sync in progress, building or installing a snapshot) run on tokio's
+//! blocking threads, so they do not hold up the runtime's workers.
+
 //! # Encoding
 //!
 //! Entries, votes, log ids and memberships are stored as JSON (`serde_json`): openraft's types

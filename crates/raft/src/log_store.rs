@@ -1,13 +1,12 @@
 //! openraft's `RaftLogStorage` on larch: entries by index in [`LOG_TREE`], the vote, the
-//! committed and the last purged log id in [`LOG_META_TREE`], appends made durable by a flush
-//! thread that group-commits them (the crate docs say why each write has the durability it
-//! has).
+//! committed and the last purged log id in [`LOG_META_TREE`], appends written and made
+//! durable by a log thread that group-commits them (the crate docs say why each write has
+//! the durability it has).
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::marker::PhantomData;
 use std::ops::RangeBounds;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use larch::{Db, Durability, ReadTx};
@@ -19,29 +18,30 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec::{
-    borrow_bounds, decode, encode, index_key, key_bounds, read_logs, read_vote, write_logs,
-    write_vote, Failure,
+    blocking, borrow_bounds, decode, encode, index_key, key_bounds, read_logs, read_vote,
+    write_logs, write_vote, Failure,
 };
 use crate::{COMMITTED_KEY, LOG_META_TREE, LOG_TREE, PURGED_KEY, VOTE_KEY};
 
-/// Called by the flush thread after each sync, before it fires the callbacks that sync
-/// acknowledged, with the highest log index the sync made durable (`None`: the log was
-/// empty). Tests use it to know which appends were acknowledged at a given point of the
+/// Called by the log thread after each sync, before it fires the callbacks that sync
+/// acknowledged, with the last log index in the file when the sync began (`None`: the log
+/// was empty). Tests use it to know which appends were acknowledged at a given point of the
 /// file's I/O.
 pub type FlushHook = Arc<dyn Fn(Option<u64>) + Send + Sync>;
 
 /// The Raft log of one node: a `RaftLogStorage` over a larch [`Db`] (it shares the file
 /// with the state machine: pass it a clone of the same handle).
 ///
-/// An `append` is an `Async` commit, readable at once; its callback fires after the flush
-/// thread's next [`Db::sync`] (group commit: one fdatasync acknowledges every append made
-/// before it started). Dropping the store stops the flush thread after its last sync.
+/// `append` only queues its entries (encoded) and returns: they are readable from the
+/// queue at once. The store's log thread writes everything queued in one `Async` commit,
+/// syncs the file once with [`Db::sync`] and then fires the callbacks of every append it
+/// wrote: **group commit**. While it syncs, the appends that arrive queue up for the next
+/// round, and nothing on the caller's side waits for the disk. Dropping the store lets the
+/// thread write and sync what is queued, then stops it.
 pub struct LogStore<C: RaftTypeConfig> {
     db: Db,
-    flusher: Flusher<C>,
-    /// The last index appended (`u64::MAX`: none since the store was made, or the log
-    /// emptied): what the next sync makes durable, for [`FlushHook`].
-    last_index: Arc<AtomicU64>,
+    shared: Arc<Shared<C>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl<C: RaftTypeConfig> Debug for LogStore<C> {
@@ -56,10 +56,64 @@ impl<C: RaftTypeConfig> Debug for LogStore<C> {
 /// transaction per call.
 pub struct LogReader<C: RaftTypeConfig> {
     db: Db,
-    _c: PhantomData<fn() -> C>,
+    shared: Arc<Shared<C>>,
 }
 
-const NONE: u64 = u64::MAX;
+/// What the store and its log thread share.
+struct Shared<C: RaftTypeConfig> {
+    queue: Mutex<Queue<C>>,
+    /// Signalled when there is work for the log thread.
+    work: Condvar,
+    /// Signalled when the log thread has written a round (the queue may be empty now).
+    written: Condvar,
+}
+
+/// The appends not yet in the file.
+struct Queue<C: RaftTypeConfig> {
+    /// Entries by index: log id and encoding. They stay here until the commit that writes
+    /// them is visible, so a reader finds each entry in the queue, the file, or both.
+    entries: BTreeMap<u64, (LogId<C::NodeId>, Vec<u8>)>,
+    /// Callbacks of the appends queued, in order.
+    callbacks: Vec<LogFlushed<C>>,
+    /// A committed log id to write with the next round.
+    committed: Option<Option<LogId<C::NodeId>>>,
+    /// The last committed log id saved since the store was made (what `read_committed`
+    /// returns before it reaches the file).
+    last_committed: Option<Option<LogId<C::NodeId>>>,
+    /// The log thread is writing a round taken from here.
+    writing: bool,
+    /// The store is dropped: write what is queued and stop.
+    closed: bool,
+}
+
+impl<C: RaftTypeConfig> Shared<C> {
+    fn lock(&self) -> MutexGuard<'_, Queue<C>> {
+        // A panic while holding this lock leaves nothing half-done that matters more than
+        // failing loudly later.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait until every queued append is in the file (not necessarily durable).
+    fn drain(&self) {
+        let mut q = self.lock();
+        while !q.entries.is_empty() || q.writing {
+            q = self.written.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The queued entries in `range`, decoded.
+    fn queued<R: RangeBounds<u64>>(&self, range: R) -> Result<Vec<(u64, C::Entry)>, Failure>
+    where
+        C::Entry: DeserializeOwned,
+    {
+        let q = self.lock();
+        let mut out = Vec::new();
+        for (&i, (_, bytes)) in q.entries.range(range) {
+            out.push((i, decode(bytes)?));
+        }
+        Ok(out)
+    }
+}
 
 impl<C> LogStore<C>
 where
@@ -79,32 +133,38 @@ where
         Self::with_flush_hook(db, None)
     }
 
-    /// [`LogStore::new`], calling `hook` after each sync of the flush thread.
+    /// [`LogStore::new`], calling `hook` after each sync of the log thread.
     pub fn with_flush_hook(db: Db, hook: Option<FlushHook>) -> Result<Self, larch::Error> {
         crate::ensure_trees(&db, &[LOG_TREE, LOG_META_TREE])?;
-        let last = db
-            .begin_read()?
-            .open_tree(LOG_TREE)?
-            .last()?
-            .and_then(|(k, _)| crate::codec::key_index(k));
-        let last_index = Arc::new(AtomicU64::new(last.unwrap_or(NONE)));
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                entries: BTreeMap::new(),
+                callbacks: Vec::new(),
+                committed: None,
+                last_committed: None,
+                writing: false,
+                closed: false,
+            }),
+            work: Condvar::new(),
+            written: Condvar::new(),
+        });
+        let thread = {
+            let (db, shared) = (db.clone(), shared.clone());
+            std::thread::Builder::new()
+                .name("larch-raft-log".into())
+                .spawn(move || log_thread(db, shared, hook))
+                .expect("spawn the larch-raft log thread")
+        };
         Ok(LogStore {
-            flusher: Flusher::spawn(db.clone(), last_index.clone(), hook),
             db,
-            last_index,
+            shared,
+            thread: Some(thread),
         })
     }
 
     /// The handle the store writes through.
     pub fn db(&self) -> &Db {
         &self.db
-    }
-
-    fn put_meta<T: Serialize>(&self, key: &[u8], v: &T, d: Durability) -> larch::Result<()> {
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(d);
-        tx.open_tree(LOG_META_TREE)?.insert(key, &encode(v))?;
-        tx.commit()
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, Failure> {
@@ -117,26 +177,151 @@ where
     }
 }
 
-/// Every entry in `range`, decoded straight from the map of one read snapshot.
+/// Run `edit` on the log trees in one `Async` commit, after every queued append is in the
+/// file (truncate and purge: rare, and simplest in order).
+fn edit_after_queue<C: RaftTypeConfig>(
+    db: &Db,
+    shared: &Shared<C>,
+    edit: impl FnOnce(&mut larch::WriteTree, &mut larch::WriteTree) -> larch::Result<()>,
+) -> larch::Result<()> {
+    shared.drain();
+    let mut tx = db.begin_write()?;
+    tx.set_durability(Durability::Async);
+    {
+        let mut log = tx.open_tree(LOG_TREE)?;
+        let mut meta = tx.open_tree(LOG_META_TREE)?;
+        edit(&mut log, &mut meta)?;
+    }
+    tx.commit()
+}
+
+impl<C: RaftTypeConfig> Drop for LogStore<C> {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.work.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The log thread: write what is queued in one `Async` commit, sync, fire the callbacks;
+/// again, until the store is dropped and the queue is empty.
+fn log_thread<C: RaftTypeConfig>(db: Db, shared: Arc<Shared<C>>, hook: Option<FlushHook>) {
+    loop {
+        let (batch, callbacks, committed) = {
+            let mut q = shared.lock();
+            while q.entries.is_empty()
+                && q.callbacks.is_empty()
+                && q.committed.is_none()
+                && !q.closed
+            {
+                q = shared.work.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+            if q.entries.is_empty() && q.callbacks.is_empty() && q.committed.is_none() {
+                return; // closed, and nothing left
+            }
+            q.writing = true;
+            let batch: Vec<(u64, Vec<u8>)> = q
+                .entries
+                .iter()
+                .map(|(&i, (_, b))| (i, b.clone()))
+                .collect();
+            (batch, std::mem::take(&mut q.callbacks), q.committed.take())
+        };
+        let written = write_round(&db, &batch, committed);
+        {
+            let mut q = shared.lock();
+            // Visible in the file now (or failed): out of the queue either way, so that a
+            // truncate or purge waiting for the queue does not wait forever.
+            for (i, _) in &batch {
+                q.entries.remove(i);
+            }
+            q.writing = false;
+        }
+        shared.written.notify_all();
+        if callbacks.is_empty() {
+            continue;
+        }
+        // Every callback taken was queued after its entries, so this sync covers them all.
+        let r = written.and_then(|last| {
+            db.sync()?;
+            Ok(last)
+        });
+        if let (Ok(last), Some(hook)) = (&r, &hook) {
+            hook(*last);
+        }
+        for cb in callbacks {
+            cb.log_io_completed(
+                r.as_ref()
+                    .map(|_| ())
+                    .map_err(|e| std::io::Error::other(e.to_string())),
+            );
+        }
+    }
+}
+
+/// Write `batch` (and the committed log id, if one was saved) in one `Async` commit; returns
+/// the log's last index after it.
+fn write_round<NID: openraft::NodeId>(
+    db: &Db,
+    batch: &[(u64, Vec<u8>)],
+    committed: Option<Option<LogId<NID>>>,
+) -> larch::Result<Option<u64>> {
+    let mut tx = db.begin_write()?;
+    tx.set_durability(Durability::Async);
+    let last = {
+        let mut log = tx.open_tree(LOG_TREE)?;
+        for (i, bytes) in batch {
+            let key = index_key(*i);
+            // Entries come after the last one (openraft truncates a conflicting suffix
+            // first), so the sorted bulk load applies; an overwrite, should one come, is an
+            // insert.
+            match log.append(&key, bytes) {
+                Err(larch::Error::KeyNotGreater { .. }) => log.insert(&key, bytes)?,
+                r => r?,
+            }
+        }
+        if let Some(c) = committed {
+            tx.open_tree(LOG_META_TREE)?
+                .insert(COMMITTED_KEY, &encode(&c))?;
+        }
+        let last = log.last()?.and_then(|(k, _)| crate::codec::key_index(k));
+        last
+    };
+    tx.commit()?;
+    Ok(last)
+}
+
+/// Every entry in `range`: the queued ones, then (for indexes the queue does not have) the
+/// file's, decoded straight from the map of one read snapshot. The queue is read first: an
+/// entry that leaves it in between is in the file by then.
 fn read_entries<C>(
     db: &Db,
-    range: impl RangeBounds<u64>,
+    shared: &Shared<C>,
+    range: impl RangeBounds<u64> + Clone,
 ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>>
 where
     C: RaftTypeConfig,
     C::Entry: DeserializeOwned,
 {
+    let queued = shared.queued(range.clone()).map_err(|e| read_logs(&e))?;
     let rx = db.begin_read().map_err(|e| read_logs(&e))?;
     let log = rx.open_tree(LOG_TREE).map_err(|e| read_logs(&e))?;
     let bounds = key_bounds(&range);
+    let first_queued = queued.first().map_or(u64::MAX, |(i, _)| *i);
     let mut out = Vec::new();
     for item in log
         .range(borrow_bounds(&bounds))
         .map_err(|e| read_logs(&e))?
     {
-        let (_, v) = item.map_err(|e| read_logs(&e))?;
+        let (k, v) = item.map_err(|e| read_logs(&e))?;
+        if crate::codec::key_index(k).is_some_and(|i| i >= first_queued) {
+            break;
+        }
         out.push(decode(v).map_err(|e| read_logs(&e))?);
     }
+    out.extend(queued.into_iter().map(|(_, e)| e));
     Ok(out)
 }
 
@@ -165,7 +350,7 @@ where
         &mut self,
         range: RB,
     ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
-        read_entries::<C>(&self.db, range)
+        read_entries::<C>(&self.db, &self.shared, range)
     }
 }
 
@@ -178,7 +363,7 @@ where
         &mut self,
         range: RB,
     ) -> Result<Vec<C::Entry>, StorageError<C::NodeId>> {
-        read_entries::<C>(&self.db, range)
+        read_entries::<C>(&self.db, &self.shared, range)
     }
 }
 
@@ -190,7 +375,15 @@ where
     type LogReader = LogReader<C>;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<C::NodeId>> {
-        // One read snapshot, so the purged id and the last entry agree.
+        // The queue first (see `read_entries`); then one read snapshot, so the purged id and
+        // the last entry in the file agree.
+        let queued_last = self
+            .shared
+            .lock()
+            .entries
+            .values()
+            .next_back()
+            .map(|(id, _)| id.clone());
         let rx = self.db.begin_read().map_err(|e| read_logs(&e))?;
         let meta = rx.open_tree(LOG_META_TREE).map_err(|e| read_logs(&e))?;
         let last_purged_log_id: Option<LogId<C::NodeId>> =
@@ -198,7 +391,9 @@ where
                 Some(v) => Some(decode(v).map_err(|e| read_logs(&e))?),
                 None => None,
             };
-        let last_log_id = last_log_id::<C>(&rx)?.or_else(|| last_purged_log_id.clone());
+        let last_log_id = queued_last
+            .or(last_log_id::<C>(&rx)?)
+            .or_else(|| last_purged_log_id.clone());
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -208,13 +403,20 @@ where
     async fn get_log_reader(&mut self) -> Self::LogReader {
         LogReader {
             db: self.db.clone(),
-            _c: PhantomData,
+            shared: self.shared.clone(),
         }
     }
 
     async fn save_vote(&mut self, vote: &Vote<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        self.put_meta(VOTE_KEY, vote, Durability::Sync)
-            .map_err(|e| write_vote(&e))
+        // Durable before openraft acts on it; nothing else would sync it.
+        let (db, bytes) = (self.db.clone(), encode(vote));
+        let r = blocking(move || -> larch::Result<()> {
+            let mut tx = db.begin_write()?;
+            tx.set_durability(Durability::Sync);
+            tx.open_tree(LOG_META_TREE)?.insert(VOTE_KEY, &bytes)?;
+            tx.commit()
+        });
+        r.await.map_err(|e| write_vote(&e))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<C::NodeId>>, StorageError<C::NodeId>> {
@@ -225,13 +427,22 @@ where
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        self.put_meta(COMMITTED_KEY, &committed, Durability::Async)
-            .map_err(|e| write_logs(&e))
+        // Written with the next round of appends, so it never reaches the file before the
+        // entries it covers.
+        let mut q = self.shared.lock();
+        q.committed = Some(committed.clone());
+        q.last_committed = Some(committed);
+        drop(q);
+        self.shared.work.notify_one();
+        Ok(())
     }
 
     async fn read_committed(
         &mut self,
     ) -> Result<Option<LogId<C::NodeId>>, StorageError<C::NodeId>> {
+        if let Some(c) = self.shared.lock().last_committed.clone() {
+            return Ok(c);
+        }
         let got: Option<Option<LogId<C::NodeId>>> =
             self.get_meta(COMMITTED_KEY).map_err(|e| read_logs(&e))?;
         Ok(got.flatten())
@@ -246,126 +457,48 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut last = None;
-        let r: larch::Result<()> = (|| {
-            let mut tx = self.db.begin_write()?;
-            tx.set_durability(Durability::Async);
-            {
-                let mut log = tx.open_tree(LOG_TREE)?;
-                for entry in entries {
-                    let index = entry.get_log_id().index;
-                    let key = index_key(index);
-                    let value = encode(&entry);
-                    // Entries come after the last one (openraft truncates a conflicting
-                    // suffix first), so the sorted bulk load applies; an overwrite, should
-                    // one come, is an insert.
-                    match log.append(&key, &value) {
-                        Err(larch::Error::KeyNotGreater { .. }) => log.insert(&key, &value)?,
-                        r => r?,
-                    }
-                    last = Some(index);
-                }
-            }
-            tx.commit()
-        })();
-        r.map_err(|e| write_logs(&e))?;
-        if let Some(i) = last {
-            self.last_index.store(i, Ordering::Release);
+        // Encoded here, out of the lock; readable from the queue once queued; written and
+        // synced by the log thread, which then calls `callback`.
+        let encoded: Vec<(u64, LogId<C::NodeId>, Vec<u8>)> = entries
+            .into_iter()
+            .map(|e| {
+                let id = e.get_log_id().clone();
+                (id.index, id, encode(&e))
+            })
+            .collect();
+        let mut q = self.shared.lock();
+        for (i, id, bytes) in encoded {
+            q.entries.insert(i, (id, bytes));
         }
-        // Readable now; durable, and acknowledged, at the flush thread's next sync.
-        self.flusher.send(callback);
+        q.callbacks.push(callback);
+        drop(q);
+        self.shared.work.notify_one();
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        let r: larch::Result<()> = (|| {
-            let mut tx = self.db.begin_write()?;
-            tx.set_durability(Durability::Async);
-            let from = index_key(log_id.index);
-            tx.open_tree(LOG_TREE)?.remove_range(&from[..]..)?;
-            tx.commit()
-        })();
-        r.map_err(|e| write_logs(&e))?;
-        self.last_index.store(
-            log_id.index.checked_sub(1).unwrap_or(NONE),
-            Ordering::Release,
-        );
-        Ok(())
+        let (db, shared) = (self.db.clone(), self.shared.clone());
+        let from = index_key(log_id.index);
+        blocking(move || {
+            edit_after_queue(&db, &shared, |log, _| {
+                log.remove_range(&from[..]..).map(|_| ())
+            })
+        })
+        .await
+        .map_err(|e| write_logs(&e))
     }
 
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        let r: larch::Result<()> = (|| {
-            let mut tx = self.db.begin_write()?;
-            tx.set_durability(Durability::Async);
-            {
-                let upto = index_key(log_id.index);
-                tx.open_tree(LOG_TREE)?.remove_range(..=&upto[..])?;
-                tx.open_tree(LOG_META_TREE)?
-                    .insert(PURGED_KEY, &encode(&log_id))?;
-            }
-            tx.commit()
-        })();
-        r.map_err(|e| write_logs(&e))
-    }
-}
-
-/// The flush thread: takes the callbacks of the appends made so far, syncs the file once,
-/// fires them.
-struct Flusher<C: RaftTypeConfig> {
-    tx: Option<mpsc::Sender<LogFlushed<C>>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl<C: RaftTypeConfig> Flusher<C> {
-    fn spawn(db: Db, last_index: Arc<AtomicU64>, hook: Option<FlushHook>) -> Self {
-        let (tx, rx) = mpsc::channel::<LogFlushed<C>>();
-        let thread = std::thread::Builder::new()
-            .name("larch-raft-flush".into())
-            .spawn(move || {
-                // Ends when the store (the only sender) is dropped.
-                while let Ok(first) = rx.recv() {
-                    let mut batch = vec![first];
-                    batch.extend(rx.try_iter());
-                    // Every callback in `batch` was queued after its append committed, so
-                    // this sync covers them all (and whatever was appended since).
-                    let index = last_index.load(Ordering::Acquire);
-                    let r = db.sync();
-                    if r.is_ok() {
-                        if let Some(hook) = &hook {
-                            hook((index != NONE).then_some(index));
-                        }
-                    }
-                    for cb in batch {
-                        cb.log_io_completed(
-                            r.as_ref()
-                                .map(|_| ())
-                                .map_err(|e| std::io::Error::other(e.to_string())),
-                        );
-                    }
-                }
+        let (db, shared) = (self.db.clone(), self.shared.clone());
+        let upto = index_key(log_id.index);
+        let purged = encode(&log_id);
+        blocking(move || {
+            edit_after_queue(&db, &shared, |log, meta| {
+                log.remove_range(..=&upto[..])?;
+                meta.insert(PURGED_KEY, &purged)
             })
-            .expect("spawn the larch-raft flush thread");
-        Flusher {
-            tx: Some(tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn send(&self, cb: LogFlushed<C>) {
-        if let Some(tx) = &self.tx {
-            // The thread lives as long as the sender; a send fails only if it panicked.
-            if let Err(mpsc::SendError(cb)) = tx.send(cb) {
-                cb.log_io_completed(Err(std::io::Error::other("larch-raft flush thread died")));
-            }
-        }
-    }
-}
-
-impl<C: RaftTypeConfig> Drop for Flusher<C> {
-    fn drop(&mut self) {
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        })
+        .await
+        .map_err(|e| write_logs(&e))
     }
 }

@@ -14,7 +14,9 @@ use openraft::{
     StorageError, StoredMembership,
 };
 
-use crate::codec::{decode, encode, read_sm, read_snapshot, write_sm, write_snapshot, Failure};
+use crate::codec::{
+    blocking, decode, encode, read_sm, read_snapshot, write_sm, write_snapshot, Failure,
+};
 use crate::{
     NodeId, Request, Response, TypeConfig, APPLIED_KEY, MEMBERSHIP_KEY, SM_DATA_TREE, SM_META_TREE,
 };
@@ -191,7 +193,14 @@ impl SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        self.build().map_err(|e| read_snapshot(&e))
+        let mut b = SnapshotBuilder {
+            db: self.db.clone(),
+            current: self.current.clone(),
+            builds: self.builds.clone(),
+        };
+        blocking(move || b.build())
+            .await
+            .map_err(|e| read_snapshot(&e))
     }
 }
 
@@ -210,55 +219,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = openraft::Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut replies = Vec::new();
-        let r: Result<(), Failure> = (|| {
-            let mut tx = self.db.begin_write()?;
-            // The log is the source of truth: a crash may lose this commit, and openraft
-            // applies the entries again from the log.
-            tx.set_durability(Durability::Async);
-            {
-                let mut data = tx.open_tree(SM_DATA_TREE)?;
-                let mut last = None;
-                let mut membership = None;
-                for entry in entries {
-                    let mut reply = Response::default();
-                    match entry.payload {
-                        EntryPayload::Blank => {}
-                        EntryPayload::Normal(Request::Set { key, value }) => {
-                            let k = key.as_bytes();
-                            reply.previous = data
-                                .get(k)?
-                                .map(|v| String::from_utf8_lossy(v).into_owned());
-                            data.insert(k, value.as_bytes())?;
-                        }
-                        EntryPayload::Normal(Request::Delete { key }) => {
-                            let k = key.as_bytes();
-                            reply.previous = data
-                                .get(k)?
-                                .map(|v| String::from_utf8_lossy(v).into_owned());
-                            data.remove(k)?;
-                        }
-                        EntryPayload::Membership(m) => {
-                            membership = Some(Membership::new(Some(entry.log_id), m));
-                        }
-                    }
-                    last = Some(entry.log_id);
-                    replies.push(reply);
-                }
-                drop(data);
-                let mut meta = tx.open_tree(SM_META_TREE)?;
-                if let Some(last) = last {
-                    meta.insert(APPLIED_KEY, &encode(&Some(last)))?;
-                }
-                if let Some(m) = membership {
-                    meta.insert(MEMBERSHIP_KEY, &encode(&m))?;
-                }
-            }
-            tx.commit()?;
-            Ok(())
-        })();
-        r.map_err(|e| write_sm(&e))?;
-        Ok(replies)
+        let entries: Vec<_> = entries.into_iter().collect();
+        let db = self.db.clone();
+        blocking(move || apply_entries(&db, entries))
+            .await
+            .map_err(|e| write_sm(&e))
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -277,41 +242,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let bytes = snapshot.into_inner();
-        let r: Result<(), Failure> = (|| {
-            // Parsed whole before the file is touched: a bad stream changes nothing.
-            let pairs = parse_snapshot(&bytes)?;
-            let mut tx = self.db.begin_write()?;
-            // The node acknowledges the snapshot when this returns.
-            tx.set_durability(Durability::Sync);
-            {
-                let mut data = tx.open_tree(SM_DATA_TREE)?;
-                data.remove_range::<std::ops::RangeFull>(..)?;
-                for (k, v) in pairs {
-                    // The stream is in key order: the sorted bulk load; out of order, it is
-                    // not a stream `build_snapshot` made.
-                    data.append(k, v).map_err(|e| match e {
-                        larch::Error::KeyNotGreater { .. } => {
-                            Failure::BadSnapshot("keys out of order")
-                        }
-                        e => Failure::Larch(e),
-                    })?;
-                }
-                drop(data);
-                let mut m = tx.open_tree(SM_META_TREE)?;
-                m.insert(APPLIED_KEY, &encode(&meta.last_log_id))?;
-                m.insert(MEMBERSHIP_KEY, &encode(&meta.last_membership))?;
-            }
-            tx.commit()?;
-            // The state machine's worker runs one call at a time: nothing was applied since
-            // the commit, so this read is the installed state.
-            let rx = self.db.begin_read()?;
-            *self.current.lock().unwrap() = Some(Current {
-                meta: meta.clone(),
-                rx,
-            });
-            Ok(())
-        })();
-        r.map_err(|e| write_snapshot(&e))
+        let (db, current, meta) = (self.db.clone(), self.current.clone(), meta.clone());
+        blocking(move || install(&db, &current, meta, &bytes))
+            .await
+            .map_err(|e| write_snapshot(&e))
     }
 
     async fn get_current_snapshot(
@@ -320,16 +254,112 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // None built or installed since the file was opened: `None`. Openraft then builds
         // one at startup if the log has been purged (the durable state machine covers every
         // purged entry, as the crate docs argue), and never needs one otherwise.
-        let current = self.current.lock().unwrap();
-        let Some(c) = &*current else {
+        let Some((meta, rx)) = self
+            .current
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|c| (c.meta.clone(), c.rx.clone()))
+        else {
             return Ok(None);
         };
-        let data = snapshot_bytes(&c.rx).map_err(|e| read_snapshot(&e))?;
+        let data = blocking(move || snapshot_bytes(&rx))
+            .await
+            .map_err(|e| read_snapshot(&e))?;
         Ok(Some(Snapshot {
-            meta: c.meta.clone(),
+            meta,
             snapshot: Box::new(Cursor::new(data)),
         }))
     }
+}
+
+/// Apply `entries` in one `Async` commit: the data, the applied log id and the membership.
+fn apply_entries(
+    db: &Db,
+    entries: Vec<openraft::Entry<TypeConfig>>,
+) -> Result<Vec<Response>, Failure> {
+    let mut replies = Vec::with_capacity(entries.len());
+    let mut tx = db.begin_write()?;
+    // The log is the source of truth: a crash may lose this commit, and openraft applies the
+    // entries again from the log.
+    tx.set_durability(Durability::Async);
+    {
+        let mut data = tx.open_tree(SM_DATA_TREE)?;
+        let mut last = None;
+        let mut membership = None;
+        for entry in entries {
+            let mut reply = Response::default();
+            match entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(Request::Set { key, value }) => {
+                    let k = key.as_bytes();
+                    reply.previous = data
+                        .get(k)?
+                        .map(|v| String::from_utf8_lossy(v).into_owned());
+                    data.insert(k, value.as_bytes())?;
+                }
+                EntryPayload::Normal(Request::Delete { key }) => {
+                    let k = key.as_bytes();
+                    reply.previous = data
+                        .get(k)?
+                        .map(|v| String::from_utf8_lossy(v).into_owned());
+                    data.remove(k)?;
+                }
+                EntryPayload::Membership(m) => {
+                    membership = Some(Membership::new(Some(entry.log_id), m));
+                }
+            }
+            last = Some(entry.log_id);
+            replies.push(reply);
+        }
+        drop(data);
+        let mut meta = tx.open_tree(SM_META_TREE)?;
+        if let Some(last) = last {
+            meta.insert(APPLIED_KEY, &encode(&Some(last)))?;
+        }
+        if let Some(m) = membership {
+            meta.insert(MEMBERSHIP_KEY, &encode(&m))?;
+        }
+    }
+    tx.commit()?;
+    Ok(replies)
+}
+
+/// Replace the state machine with the snapshot stream `bytes` tagged `meta`, in one `Sync`
+/// commit, and make it the current snapshot.
+fn install(
+    db: &Db,
+    current: &Mutex<Option<Current>>,
+    meta: Meta,
+    bytes: &[u8],
+) -> Result<(), Failure> {
+    // Parsed whole before the file is touched: a bad stream changes nothing.
+    let pairs = parse_snapshot(bytes)?;
+    let mut tx = db.begin_write()?;
+    // The node acknowledges the snapshot when this returns.
+    tx.set_durability(Durability::Sync);
+    {
+        let mut data = tx.open_tree(SM_DATA_TREE)?;
+        data.remove_range::<std::ops::RangeFull>(..)?;
+        for (k, v) in pairs {
+            // The stream is in key order: the sorted bulk load; out of order, it is not a
+            // stream `build_snapshot` made.
+            data.append(k, v).map_err(|e| match e {
+                larch::Error::KeyNotGreater { .. } => Failure::BadSnapshot("keys out of order"),
+                e => Failure::Larch(e),
+            })?;
+        }
+        drop(data);
+        let mut m = tx.open_tree(SM_META_TREE)?;
+        m.insert(APPLIED_KEY, &encode(&meta.last_log_id))?;
+        m.insert(MEMBERSHIP_KEY, &encode(&meta.last_membership))?;
+    }
+    tx.commit()?;
+    // The state machine's worker runs one call at a time: nothing was applied since the
+    // commit, so this read is the installed state.
+    let rx = db.begin_read()?;
+    *current.lock().unwrap() = Some(Current { meta, rx });
+    Ok(())
 }
 
 /// The entries of `tree` in `larch dump`'s format: one `HEXKEY<TAB>HEXVALUE` line per
