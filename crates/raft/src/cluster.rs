@@ -201,6 +201,28 @@ impl Cluster {
         Ok(())
     }
 
+    /// Make node `id` snapshot what it has applied and purge its log up to there (a node
+    /// that has fallen behind it must then catch up by a snapshot). Returns the snapshot's
+    /// last log index.
+    pub async fn snapshot_and_purge(&self, id: NodeId, timeout: Duration) -> Result<u64, Error> {
+        let raft = self.raft(id)?;
+        let applied = raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .ok_or("nothing applied")?
+            .index;
+        raft.trigger().snapshot().await?;
+        raft.wait(Some(timeout))
+            .metrics(|m| m.snapshot.map(|s| s.index) >= Some(applied), "snapshot")
+            .await?;
+        raft.trigger().purge_log(applied).await?;
+        raft.wait(Some(timeout))
+            .metrics(|m| m.purged.map(|p| p.index) >= Some(applied), "purge")
+            .await?;
+        Ok(applied)
+    }
+
     /// Kill node `id`: cut it off, shut its Raft down and close its file (waiting until
     /// every handle on it is gone). Returns the file's path for a restart.
     pub async fn kill(&mut self, id: NodeId) -> Result<Option<PathBuf>, Error> {
@@ -238,18 +260,24 @@ pub struct Client {
 }
 
 impl Client {
-    /// A reachable node that is leader by its own metrics, waiting up to `timeout` for one.
+    /// A reachable node that is leader by its own metrics, waiting up to `timeout` for one;
+    /// of several (a restarted leader claims its old term until it hears of the new one),
+    /// the one of the highest term.
     pub async fn leader(&self, timeout: Duration) -> Result<NodeId, Error> {
         let deadline = Instant::now() + timeout;
         loop {
+            let mut best: Option<(u64, NodeId)> = None;
             for id in self.router.ids() {
                 let Some(raft) = self.router.get(id) else {
                     continue;
                 };
                 let m = raft.metrics().borrow().clone();
                 if m.state == ServerState::Leader && m.current_leader == Some(id) {
-                    return Ok(id);
+                    best = best.max(Some((m.current_term, id)));
                 }
+            }
+            if let Some((_, id)) = best {
+                return Ok(id);
             }
             if Instant::now() > deadline {
                 return Err(

@@ -21,7 +21,7 @@ use crate::{NodeId, TypeConfig};
 struct Table {
     nodes: BTreeMap<NodeId, Raft<TypeConfig>>,
     isolated: BTreeSet<NodeId>,
-    /// Snapshot chunks delivered, by target.
+    /// Snapshot chunks sent, by target.
     snapshot_chunks: BTreeMap<NodeId, u64>,
 }
 
@@ -72,7 +72,7 @@ impl Router {
         t.nodes.get(&id).cloned()
     }
 
-    /// How many snapshot chunks (`install_snapshot` RPCs) node `id` has received: how tests
+    /// How many snapshot chunks (`install_snapshot` RPCs) were sent to node `id`: how tests
     /// tell a catch-up by snapshot from one by the log.
     pub fn snapshot_chunks_to(&self, id: NodeId) -> u64 {
         let t = self.table.lock().unwrap();
@@ -161,10 +161,16 @@ impl RaftNetwork<TypeConfig> for Connection {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        let reply = rpc!(self, install_snapshot, rpc);
-        let mut t = self.router.table.lock().unwrap();
-        *t.snapshot_chunks.entry(self.target).or_default() += 1;
-        reply
+        // Counted before the call: the target may apply the snapshot before the reply is back.
+        *self
+            .router
+            .table
+            .lock()
+            .unwrap()
+            .snapshot_chunks
+            .entry(self.target)
+            .or_default() += 1;
+        rpc!(self, install_snapshot, rpc)
     }
 
     async fn vote(

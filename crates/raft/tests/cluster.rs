@@ -177,20 +177,19 @@ async fn leader_killed_and_restarted(catch_up: CatchUp) {
     assert_ne!(new, old);
 
     if catch_up == CatchUp::Snapshot {
-        // The new leader snapshots and purges its log, so the old node cannot catch up from
-        // the log: it must install the snapshot.
-        let raft = cluster.raft(new).unwrap().clone();
-        let applied = raft.metrics().borrow().last_applied.unwrap().index;
-        raft.trigger().snapshot().await.unwrap();
-        raft.wait(Some(T))
-            .metrics(|m| m.snapshot.map(|s| s.index) >= Some(applied), "snapshot")
-            .await
+        // Both running nodes snapshot and purge their logs, so the old node cannot catch up
+        // from the log, whichever of them leads when it is back: it must install a snapshot.
+        let last = cluster
+            .raft(new)
+            .unwrap()
+            .metrics()
+            .borrow()
+            .last_log_index
             .unwrap();
-        raft.trigger().purge_log(applied).await.unwrap();
-        raft.wait(Some(T))
-            .metrics(|m| m.purged.map(|p| p.index) >= Some(applied), "purge")
-            .await
-            .unwrap();
+        cluster.wait_applied(last, T).await.unwrap();
+        for id in cluster.running() {
+            cluster.snapshot_and_purge(id, T).await.unwrap();
+        }
     }
 
     // The old leader restarts from its file and catches up.
