@@ -4,7 +4,7 @@
 //! storage that costs only memory). openraft's own in-memory store, `openraft-memstore`
 //! 0.9, implements the v1 `RaftStorage`, which cannot be used once `storage-v2` is on, and
 //! has its own request type; this one is the same size of code on the v2 traits.
-//! It passes openraft's storage suite too (`tests/suite.rs`).
+//! It passes openraft's storage suite too (`tests/raft/suite.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -17,7 +17,7 @@ use larch_raft::{dump_tree, Request, SM_DATA_TREE};
 
 const T: Duration = Duration::from_secs(20);
 
-pub fn keys() -> usize {
+fn keys() -> usize {
     if std::env::var_os("LARCH_RAFT_LONG").is_some() {
         6000
     } else {
