@@ -159,6 +159,22 @@ mod tests {
     }
 
     #[test]
+    fn a_one_key_entry_round_trips_in_about_150_bytes_of_json() {
+        use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+        let entry: Entry<crate::TypeConfig> = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 1), 12_345),
+            payload: EntryPayload::Normal(crate::Request::set(
+                "key00012345",
+                format!("{:032}", 12_345),
+            )),
+        };
+        let bytes = encode(&entry);
+        let back: Entry<crate::TypeConfig> = decode(&bytes).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{entry:?}"));
+        assert!((100..200).contains(&bytes.len()), "{} bytes", bytes.len());
+    }
+
+    #[test]
     fn index_ranges_become_key_ranges() {
         let b = key_bounds(&(3..=7u64));
         assert_eq!(

@@ -27,13 +27,12 @@
 //!   called once they are on disk. So `append` only queues them (encoded; readers find them
 //!   in the queue) and returns. The store's log thread writes everything queued in one
 //!   `Async` commit, calls [`larch::Db::sync`] once and then fires the callbacks of every
-//!   append it wrote: **group commit** of the log. Appends that arrive while it syncs wait in
-//!   the queue for the next round, and the caller (openraft's core task) never waits for the
-//!   disk. A callback never fires before its entries, and everything committed before them,
-//!   are durable. (Why not a plain `Sync` commit per append, or an `Async` commit in `append`
-//!   and a sync thread: a commit cannot proceed while a sync of the same file runs, so either
-//!   way the core task would stall for an fdatasync per append, and appends would never
-//!   batch; see docs/benchmarks.md, "larch under openraft".)
+//!   append it wrote: **group commit** of the log. A callback never fires before its
+//!   entries, and everything committed before them, are durable. How much a round holds is
+//!   up to the caller: openraft 0.9's core task awaits each append's callback before it runs
+//!   its next command (`RaftCore::append_to_log`), so under 0.9 a round is one append (one
+//!   client write on a leader, one AppendEntries batch on a follower), and the leader's
+//!   write rate is bounded by one log round per write; appends that do overlap share a round.
 //! - **`save_vote`**: `Sync`. A vote must survive a crash before the node answers the
 //!   candidate, and nothing else would sync it.
 //! - **`save_committed`**: written with the next round of appends (`Async`), so it never
@@ -57,15 +56,19 @@
 //! `Async` commits also cost no sync of their own: every fdatasync the log thread or a vote
 //! does makes all of them durable too. Calls that wait for the disk (a vote's sync, a commit
 //! that waits for a sync in progress, building or installing a snapshot) run on tokio's
-//! blocking threads, so they do not hold up the runtime's workers.
-
+//! blocking threads: a larch commit waits for a `Db::sync` of the same file in progress, and
+//! when the first version of this crate committed appends and applies on the runtime's own
+//! workers (two, on a 2-core machine), those waits stalled every node of the process
+//! (docs/benchmarks.md, "larch under openraft").
+//!
 //! # Encoding
 //!
-//! Entries, votes, log ids and memberships are stored as JSON (`serde_json`): openraft's types
-//! derive serde with attributes a non-self-describing format can trip on, an entry is small
-//! next to the pages a commit writes, and `larch dump` of a log tree stays readable. Log keys
-//! are the index as 8 big-endian bytes (they sort numerically); state machine keys and values
-//! are the strings' bytes, stored as they are.
+//! Entries, votes, log ids and memberships are stored as JSON (`serde_json`): it is already a
+//! dependency of the workspace (no new crate), it is self-describing (a stored entry still
+//! decodes after a request type gains an optional field), and an entry of a one-key write is
+//! about 150 bytes, small next to the 4 KiB pages its commit writes. Log keys are the index
+//! as 8 big-endian bytes (they sort numerically); state machine keys and values are the
+//! strings' bytes, stored as they are, so `larch dump --tree sm.data` shows the data itself.
 //!
 //! # Example
 //!

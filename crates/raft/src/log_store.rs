@@ -35,9 +35,9 @@ pub type FlushHook = Arc<dyn Fn(Option<u64>) + Send + Sync>;
 /// `append` only queues its entries (encoded) and returns: they are readable from the
 /// queue at once. The store's log thread writes everything queued in one `Async` commit,
 /// syncs the file once with [`Db::sync`] and then fires the callbacks of every append it
-/// wrote: **group commit**. While it syncs, the appends that arrive queue up for the next
-/// round, and nothing on the caller's side waits for the disk. Dropping the store lets the
-/// thread write and sync what is queued, then stops it.
+/// wrote: **group commit**. Appends that arrive while it syncs queue up for the next round
+/// (under openraft 0.9 none do: its core awaits each append's callback before the next).
+/// Dropping the store lets the thread write and sync what is queued, then stops it.
 pub struct LogStore<C: RaftTypeConfig> {
     db: Db,
     shared: Arc<Shared<C>>,
