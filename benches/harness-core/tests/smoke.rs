@@ -188,3 +188,58 @@ fn a_load_advice_setup_reads_the_loaded_file_after_reopening_it() {
         "{json}"
     );
 }
+
+#[test]
+fn reader_processes_read_the_engines_file_from_other_processes() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
+        .args([
+            "--docs",
+            "2000",
+            "--secs",
+            "0.05",
+            "--threads",
+            "2",
+            "--seed",
+            "11",
+            "--no-limits",
+            "--steps",
+            "ows.1,pq.n,rq.n,owa.1",
+            "--reader-processes",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    // The tables say which mode each read step ran in.
+    for label in ["pq.n/procs", "rq.n/procs"] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(label)),
+            "no {label} row:\n{stdout}"
+        );
+    }
+    assert!(!stdout.lines().any(|l| l.starts_with("pq.n ")), "{stdout}");
+    // pq.n fails on the first key it does not find: the readers saw the whole file, after
+    // the writer's commits; the writer committed again after they detached.
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    for r in &rows {
+        assert_eq!(r[col("error")], "", "a step failed: {r:?}");
+        assert!(r[col("ops_total")].parse::<u64>().unwrap() > 0, "{r:?}");
+        let procs = if r[col("step")].ends_with(".n") {
+            "2"
+        } else {
+            "0"
+        };
+        assert_eq!(r[col("reader_processes")], procs, "{r:?}");
+    }
+    let json = std::fs::read_to_string(out.path().join("results.json")).unwrap();
+    assert!(json.contains("\"reader_processes\": true"), "{json}");
+}
