@@ -43,6 +43,50 @@ pub enum IoCounter {
     Proc,
 }
 
+/// How the n readers of `pq.n` and `rq.n` run (`--readers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readers {
+    /// n threads of the engine's process (the default).
+    Threads,
+    /// n processes, each opening the database read-only beside the engine's process.
+    Processes,
+    /// Both, one after the other in the same child: threads, then processes (two rows).
+    Both,
+}
+
+impl Readers {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Readers::Threads => "threads",
+            Readers::Processes => "processes",
+            Readers::Both => "both",
+        }
+    }
+
+    /// Parse a name of [`Readers::name`].
+    pub fn from_name(s: &str) -> Option<Readers> {
+        [Readers::Threads, Readers::Processes, Readers::Both]
+            .into_iter()
+            .find(|r| r.name() == s)
+    }
+
+    /// Whether processes run in any step.
+    pub fn processes(self) -> bool {
+        self != Readers::Threads
+    }
+
+    /// The runs of a step whose readers may be processes, in order: `false` for threads,
+    /// `true` for processes.
+    pub fn runs(self) -> &'static [bool] {
+        match self {
+            Readers::Threads => &[false],
+            Readers::Processes => &[true],
+            Readers::Both => &[false, true],
+        }
+    }
+}
+
 /// Set only in a child: which engine and setup it runs, and where its rows go.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChildRole {
@@ -56,7 +100,7 @@ pub struct ChildRole {
     pub cgroup: Option<PathBuf>,
 }
 
-/// Set only in a reader process of `--reader-processes`: one of a step's readers, started by
+/// Set only in a reader process (`--readers processes`): one of a step's readers, started by
 /// the child that runs `engine`/`setup`, reading that child's database from another process.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReaderRole {
@@ -121,12 +165,12 @@ pub struct Config {
     pub ib_threads: Vec<usize>,
     /// Insert benchmark: the durability of its commits.
     pub ib_durability: Durability,
-    /// `--reader-processes`: `pq.n` and `rq.n` run their n readers as n processes (each
-    /// opening the database read-only) instead of n threads of the engine's process.
-    pub reader_processes: bool,
+    /// `--readers`: whether `pq.n` and `rq.n` run their n readers as n threads of the
+    /// engine's process, as n processes (each opening the database read-only), or both.
+    pub readers: Readers,
     /// Set in a child process.
     pub child: Option<ChildRole>,
-    /// Set in a reader process of `--reader-processes`.
+    /// Set in a reader process.
     pub reader: Option<ReaderRole>,
     /// Set in a ballast helper process: bytes to lock.
     pub ballast: Option<u64>,
@@ -179,9 +223,10 @@ pub fn usage(program: &str) -> String {
                        at most {max_ib}); 2 writers make step ib.l.i1.t2, and so on
   --ib-durability D    insert benchmark commits: async (default; SQLite synchronous=NORMAL)
                        or sync (SQLite FULL)
-  --reader-processes   pq.n and rq.n run their n readers as n processes that open the database
-                       read-only beside the engine's process, instead of n threads of it
-                       (larch only; the limits' pq.n/rq.n stay threads); rows show pq.n/procs
+  --readers MODE       how pq.n and rq.n run their n readers: threads (default) of the engine's
+                       process; processes, each opening the database read-only beside it
+                       (larch only; the limits' stay threads; rows pq.n/procs, rq.n/procs);
+                       or both, threads then processes in the same child (two rows each)
   --keep               keep the database files
   --no-limits          do not measure the limits (fdatasync/s, in-memory BTreeMap, direct reads)",
         steps::listed_names().join(","),
@@ -240,7 +285,7 @@ impl Config {
             ib_batch: 100,
             ib_threads: vec![1],
             ib_durability: Durability::Async,
-            reader_processes: false,
+            readers: Readers::Threads,
             child: None,
             reader: None,
             ballast: None,
@@ -259,7 +304,12 @@ impl Config {
                 "--quick" => c.quick = true,
                 "--keep" => c.keep = true,
                 "--no-limits" => c.no_limits = true,
-                "--reader-processes" => c.reader_processes = true,
+                "--readers" => {
+                    let v = value(args, &mut i, a)?;
+                    c.readers = Readers::from_name(v).ok_or_else(|| {
+                        format!("--readers {v:?}: use threads, processes or both")
+                    })?;
+                }
                 "--docs" => docs = Some(num::<u64>(value(args, &mut i, a)?, a)?),
                 "--secs" => secs = Some(num::<f64>(value(args, &mut i, a)?, a)?),
                 "--value-size" => c.value_size = num(value(args, &mut i, a)?, a)?,
@@ -501,8 +551,9 @@ impl Config {
             a.push("--io-counter".into());
             a.push("proc".into());
         }
-        if self.reader_processes {
-            a.push("--reader-processes".into());
+        if self.readers != Readers::Threads {
+            a.push("--readers".into());
+            a.push(self.readers.name().into());
         }
         a
     }
@@ -664,10 +715,14 @@ mod tests {
 
     #[test]
     fn reader_processes() {
-        assert!(!parse("--quick").unwrap().reader_processes);
-        let c =
-            parse("--steps pq.n,rq.n --threads 4 --reader-processes --docs 900 --seed 3").unwrap();
-        assert!(c.reader_processes && c.reader.is_none());
+        assert_eq!(parse("--quick").unwrap().readers, Readers::Threads);
+        assert_eq!(parse("--readers both").unwrap().readers, Readers::Both);
+        assert_eq!(parse("--readers threads").unwrap().readers.runs(), &[false]);
+        assert_eq!(Readers::Both.runs(), &[false, true]);
+        assert!(parse("--readers").is_err() && parse("--readers forks").is_err());
+        let c = parse("--steps pq.n,rq.n --threads 4 --readers both --docs 900 --seed 3").unwrap();
+        assert_eq!(c.readers, Readers::Both);
+        assert!(c.reader.is_none());
         // The engine's child runs its read steps the same way.
         let args = c.child_args(
             "larch",
@@ -677,7 +732,7 @@ mod tests {
             std::path::Path::new("/r"),
             None,
         );
-        assert!(Config::parse(&args).unwrap().reader_processes);
+        assert_eq!(Config::parse(&args).unwrap().readers, Readers::Both);
         // A reader process: the run's sizes and seed, its step and index.
         let step = Step::from_name("rq.n").unwrap();
         let args = c.reader_args("larch", "null/mmap", 3, std::path::Path::new("/d"), step, 2);

@@ -68,7 +68,7 @@ pub struct Usage {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who {
     /// RUSAGE_SELF + RUSAGE_CHILDREN: every thread of this process, and the children it has
-    /// waited for (the reader processes of `--reader-processes`; an engine's child has no
+    /// waited for (the reader processes of `--readers processes`; an engine's child has no
     /// other).
     Process,
     /// RUSAGE_THREAD: the calling thread.

@@ -203,7 +203,7 @@ impl EngineFactory for LarchFactory {
             v("verify_checksums", "false (the default)".into()),
             v(
                 "reader_processes",
-                "with --reader-processes, each reader of pq.n/rq.n is a process of its own that opens the file with Options::default().advice(A).read_only(true) while the engine's process has it open read-write; each process attaches to the lock file <file>-lock"
+                "with --readers processes (or both), each reader of pq.n/rq.n is a process of its own that opens the file with Options::default().advice(A).read_only(true) while the engine's process has it open read-write; each process attaches to the lock file <file>-lock"
                     .into(),
             ),
             v(

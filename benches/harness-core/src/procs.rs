@@ -1,4 +1,4 @@
-//! `--reader-processes`: the n readers of `pq.n` and `rq.n` as n processes instead of n
+//! `--readers processes` (or `both`): the n readers of `pq.n` and `rq.n` as n processes instead of n
 //! threads of the engine's process.
 //!
 //! The engine's child (which has the database open read-write) starts each reader as a
@@ -54,9 +54,15 @@ fn instant_ns(t: Instant) -> u64 {
     mono_ns().saturating_sub(crate::run::nanos(t.elapsed()))
 }
 
-/// Whether this step of this child runs its readers as processes.
-pub(crate) fn applies(cfg: &Config, step: Step, limit: bool) -> bool {
-    cfg.reader_processes && step.reader_processes_apply() && !limit
+/// How a child runs `step`, in order: `false` with threads (or no readers), `true` with
+/// reader processes. Only `pq.n` and `rq.n` of an engine have reader processes (`--readers`),
+/// not the limits.
+pub fn runs(cfg: &Config, step: Step, limit: bool) -> &'static [bool] {
+    if step.reader_processes_apply() && !limit {
+        cfg.readers.runs()
+    } else {
+        &[false]
+    }
 }
 
 // ---- the reader process -----------------------------------------------------------------

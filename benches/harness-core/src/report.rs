@@ -71,11 +71,14 @@ pub struct Row {
     /// Why the step has no numbers.
     #[serde(skip)]
     pub error: Option<String>,
-    /// The reader processes the step's readers ran as (`--reader-processes`: `pq.n`, `rq.n`);
+    /// The reader processes the step's readers ran as (`--readers`: `pq.n`, `rq.n`);
     /// 0 when they were threads of the engine's process (and for every other step).
     #[serde(skip)]
     pub reader_processes: usize,
 }
+
+/// What [`Row::step_label`] adds to a step whose readers were processes.
+pub const PROCS_SUFFIX: &str = "/procs";
 
 /// Field names of the `rows` objects, in order.
 pub const ROW_FIELDS: [&str; 15] = [
@@ -156,7 +159,7 @@ impl Row {
     /// readers were processes (`pq.n/procs`), so a run shows which mode each row ran in.
     pub fn step_label(&self) -> String {
         if self.reader_processes > 0 {
-            format!("{}/procs", self.step)
+            format!("{}{PROCS_SUFFIX}", self.step)
         } else {
             self.step.clone()
         }

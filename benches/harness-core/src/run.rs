@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::config::{ChildRole, Config, IoCounter};
+use crate::config::{ChildRole, Config, IoCounter, Readers};
 use crate::counters::{self, Device, Snapshot, Who};
 use crate::engine::{BoxError, Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
 use crate::ib::IbState;
@@ -216,7 +216,11 @@ fn child(cfg: &Config, role: &ChildRole, factories: &[&dyn EngineFactory]) -> i3
     match res {
         Ok(()) => 0,
         Err(e) => {
-            let row = Row::failed(&role.engine, &role.setup, &current, e.to_string());
+            let mut row = Row::failed(&role.engine, &role.setup, &current, e.to_string());
+            if let Some(step) = current.strip_suffix(report::PROCS_SUFFIX) {
+                row.step = step.into();
+                row.reader_processes = cfg.threads;
+            }
             let _ = writeln!(out, "{}", row.to_line());
             eprintln!(
                 "error: {} in {current}: {e}",
@@ -312,20 +316,27 @@ fn run_engine(
         engine = reopened(engine)?;
     }
     for step in steps {
-        *current = step.name().into();
-        let row = measure(&ctx!(&*engine), step)?;
-        if step.kind == Kind::Load {
-            engine = reopened(engine)?;
+        // Once, or (--readers both) with threads and then with processes.
+        for &procs in crate::procs::runs(cfg, step, role.engine == limits::ENGINE) {
+            *current = if procs {
+                format!("{}{}", step.name(), report::PROCS_SUFFIX)
+            } else {
+                step.name().into()
+            };
+            let row = measure(&ctx!(&*engine), step, procs)?;
+            if step.kind == Kind::Load {
+                engine = reopened(engine)?;
+            }
+            eprintln!(
+                "  {:<28} {:<6} {:>8} ops/s  p99 {:>7} us",
+                report::label(&role.engine, &role.setup),
+                row.step_label(),
+                table::sig3(row.ops),
+                table::sig3(row.p99_us)
+            );
+            writeln!(out, "{}", row.to_line())?;
+            out.flush()?;
         }
-        eprintln!(
-            "  {:<28} {:<6} {:>8} ops/s  p99 {:>7} us",
-            report::label(&role.engine, &role.setup),
-            row.step,
-            table::sig3(row.ops),
-            table::sig3(row.p99_us)
-        );
-        writeln!(out, "{}", row.to_line())?;
-        out.flush()?;
     }
     *current = "close".into();
     engine.close()?;
@@ -351,7 +362,9 @@ pub(crate) fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
-fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
+/// Run `step` and read its counters; `procs`: its readers are processes
+/// ([`crate::procs::runs`]).
+fn measure(ctx: &Ctx<'_>, step: Step, procs: bool) -> Result<Row> {
     if let Some(d) = step.durability() {
         ctx.engine.set_durability(d)?;
     }
@@ -365,7 +378,7 @@ fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
     } else if step.is_ib() {
         crate::ib::run(ctx, step)?
     } else {
-        run_timed(ctx, step)?
+        run_timed(ctx, step, procs)?
     };
     // Async commits are made durable before the counters close (not timed), so wKB/o counts
     // what the step's commits eventually write, not what happened to be flushed by chance.
@@ -424,7 +437,7 @@ fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
         ops_total: o.ops,
         secs: o.secs,
         threads: step.threads(ctx.cfg.threads),
-        reader_processes: if crate::procs::applies(ctx.cfg, step, ctx.limit) {
+        reader_processes: if procs {
             step.threads(ctx.cfg.threads)
         } else {
             0
@@ -507,8 +520,8 @@ pub(crate) struct WorkerDone {
     pub(crate) end: Instant,
 }
 
-fn run_timed(ctx: &Ctx<'_>, step: Step) -> Result<Outcome> {
-    if crate::procs::applies(ctx.cfg, step, ctx.limit) {
+fn run_timed(ctx: &Ctx<'_>, step: Step, procs: bool) -> Result<Outcome> {
+    if procs {
         return crate::procs::run(ctx, step);
     }
     let n = step.threads(ctx.cfg.threads);
@@ -702,7 +715,7 @@ struct RunConfig<'a> {
     ib_batch: usize,
     ib_threads: &'a [usize],
     ib_durability: &'static str,
-    reader_processes: bool,
+    readers: &'static str,
     /// A string, as results.json always had it: a u64 seed above 2^53 loses digits in many
     /// JSON readers.
     seed: String,
@@ -765,12 +778,13 @@ fn plan_runs<'f>(
                     .join(",")
             )
         })?;
-        if cfg.reader_processes
+        if cfg.readers.processes()
             && cfg.steps.iter().any(|s| s.reader_processes_apply())
             && !f.supports_reader_processes()
         {
             return Err(format!(
-                "--reader-processes: engine {name} has no reader processes (larch has)"
+                "--readers {}: engine {name} has no reader processes (larch has)",
+                cfg.readers.name()
             ));
         }
         for setup in f.setups(&cfg.larch_setups) {
@@ -934,11 +948,16 @@ fn print_header(cfg: &Config, s: &mut RunSetup) {
         cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch, s.seed
     );
     println!("mode: {}", s.mode);
-    if cfg.reader_processes {
-        println!(
-            "readers: pq.n and rq.n run {} reader processes (--reader-processes; rows pq.n/procs, rq.n/procs), each opening the database read-only beside the engine's process",
+    match cfg.readers {
+        Readers::Threads => {}
+        Readers::Processes => println!(
+            "readers: pq.n and rq.n run {} reader processes (rows pq.n/procs, rq.n/procs), each opening the database read-only beside the engine's process",
             cfg.threads
-        );
+        ),
+        Readers::Both => println!(
+            "readers: pq.n and rq.n run twice, with {0} reader threads (rows pq.n, rq.n) and then {0} reader processes (rows pq.n/procs, rq.n/procs), each opening the database read-only beside the engine's process",
+            cfg.threads
+        ),
     }
     println!(
         "load average at start: {} (other work on the machine shares the cores and the device)",
@@ -1068,18 +1087,32 @@ fn child_rows(
         })
         .collect();
     for step in steps_for(cfg, f, setup) {
-        if !got.iter().any(|r| r.step == step.name()) {
-            got.push(Row::failed(
-                f.name(),
-                setup,
-                step.name(),
-                format!("not run: the engine's process ended ({status_text})"),
-            ));
+        for &procs in crate::procs::runs(cfg, step, f.name() == limits::ENGINE) {
+            let procs = if procs { step.threads(cfg.threads) } else { 0 };
+            if !got
+                .iter()
+                .any(|r| r.step == step.name() && r.reader_processes == procs)
+            {
+                let mut row = Row::failed(
+                    f.name(),
+                    setup,
+                    step.name(),
+                    format!("not run: the engine's process ended ({status_text})"),
+                );
+                row.reader_processes = procs;
+                got.push(row);
+            }
         }
     }
-    // Keep run order, with a failure row for the step that failed in place.
-    got.sort_by_key(|r| Step::from_name(&r.step).map_or(usize::MAX, |s| s.index()));
-    got.dedup_by(|b, a| a.step == b.step);
+    // Keep run order (threads before processes), with a failure row for the step that
+    // failed in place.
+    got.sort_by_key(|r| {
+        (
+            Step::from_name(&r.step).map_or(usize::MAX, |s| s.index()),
+            r.reader_processes,
+        )
+    });
+    got.dedup_by(|b, a| a.step == b.step && a.reader_processes == b.reader_processes);
     got
 }
 
@@ -1124,7 +1157,7 @@ fn run_config<'a>(
         ib_batch: cfg.ib_batch,
         ib_threads: &cfg.ib_threads,
         ib_durability: cfg.ib_durability.name(),
-        reader_processes: cfg.reader_processes,
+        readers: cfg.readers.name(),
         seed: s.seed.to_string(),
         dir: s.db_root.display().to_string(),
         out: s.out.display().to_string(),
@@ -1141,7 +1174,7 @@ fn run_config<'a>(
             ("owa", "random existing keys overwritten, one key per commit, async; a sync after the step (untimed) before the counters close".into()),
             ("pqw/rqw", "readers plus one writer thread limited to 1000 async single-key commits/s; ops counts reads; a sync after the step (untimed)".into()),
             ("pq/rq", "point reads of one random existing key / range reads of 20 entries from one, each its own read transaction".into()),
-            ("reader_processes", "with --reader-processes (config.reader_processes), pq.n and rq.n of each engine that has them run their n readers as n processes (re-executions of this binary opening the database read-only while the engine's process keeps it open) instead of n threads; the row's details say how many (reader_processes) and the tables label the row pq.n/procs, rq.n/procs; cpu/o, cs/o and mf/o include the reader processes (reaped children), rss does not".into()),
+            ("readers", "config.readers (--readers): with processes, pq.n and rq.n of each engine that has them run their n readers as n processes (re-executions of this binary opening the database read-only while the engine's process keeps it open) instead of n threads; with both, each of those steps runs with threads and then with processes in the same child; such a row's details say how many processes (reader_processes) and the tables label it pq.n/procs, rq.n/procs; cpu/o, cs/o and mf/o include the reader processes (reaped children), rss does not".into()),
             ("ib", format!("insert benchmark, in a child process of its own per engine/setup: a table of ib_rows rows (8-byte big-endian auto-increment id -> {} B row: 3 indexed 8-byte fields, each a hash of the id below {:?}, then random padding) and 3 secondary indexes (key = field value + id, value empty); commits {}", cfg.ib_row_size, crate::ib::CARDINALITY, cfg.ib_durability.name())),
             ("ib.l.i0", "ib_rows rows in id order, ib_batch per commit, no index, then one sync counted in the time; ops = rows/s".into()),
             ("ib.l.x", format!("the engine builds the 3 indexes from the rows (SQLite CREATE INDEX; key-value engines read the rows and insert the entries, {} rows per commit), then one sync counted; ops = rows/s", crate::ib::BUILD_CHUNK)),
@@ -1277,12 +1310,12 @@ mod tests {
         }
         let larch: &dyn EngineFactory = &crate::larch::LarchFactory;
         let other: &dyn EngineFactory = &Peer;
-        let procs = cfg("--reader-processes --steps pq.n").unwrap();
+        let procs = cfg("--readers both --steps pq.n").unwrap();
         assert!(plan_runs(&procs, &[larch]).is_ok());
         let err = plan_runs(&procs, &[larch, other]).err().unwrap();
         assert!(err.contains("engine peer has no reader processes"), "{err}");
         // Without a step that has reader processes, or without the option, nothing to refuse.
-        assert!(plan_runs(&cfg("--reader-processes --steps pq.1").unwrap(), &[other]).is_ok());
+        assert!(plan_runs(&cfg("--readers processes --steps pq.1").unwrap(), &[other]).is_ok());
         assert!(plan_runs(&cfg("--steps pq.n").unwrap(), &[other]).is_ok());
     }
 

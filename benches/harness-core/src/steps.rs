@@ -184,7 +184,7 @@ impl Step {
         matches!(self.kind, Kind::Pqw | Kind::Rqw | Kind::Pq | Kind::Rq)
     }
 
-    /// Whether `--reader-processes` runs the step's readers as processes: `pq.n` and `rq.n`
+    /// Whether `--readers processes` runs the step's readers as processes: `pq.n` and `rq.n`
     /// (reads only, n readers; the steps with a writer keep their readers in the engine's
     /// process).
     pub fn reader_processes_apply(self) -> bool {
