@@ -1,6 +1,6 @@
-//! The instructions of one harness operation, for callgrind: `op_costs DIR OP N` opens a fresh
-//! database in DIR (removed first), loads 20,000 documents (async, then one sync), then runs N
-//! operations of OP the way the harness's larch adapter does:
+//! The instructions of one harness operation, for callgrind: `op_costs DIR OP N [DOCS]` opens a
+//! fresh database in DIR (removed first), loads DOCS documents (default 20,000; async, then one
+//! sync), then runs N operations of OP the way the harness's larch adapter does:
 //!
 //! - `ows`: overwrite a random existing key, one key per Sync commit (the ows.1 step);
 //! - `pq`: one read transaction, `open_tree`, `get` of a random existing key (pq.1).
@@ -33,8 +33,10 @@ fn key(i: u64) -> [u8; 16] {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [dir, op, n] = args.as_slice() else {
-        return Err("usage: op_costs DIR ows|pq N".into());
+    let (dir, op, n, docs) = match args.as_slice() {
+        [dir, op, n] => (dir, op, n, DOCS),
+        [dir, op, n, docs] => (dir, op, n, docs.parse()?),
+        _ => return Err("usage: op_costs DIR ows|pq N [DOCS]".into()),
     };
     let n: u64 = n.parse()?;
     let dir = PathBuf::from(dir);
@@ -46,12 +48,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let value = [0x5au8; 256];
     let mut next = 1;
-    while next <= DOCS {
+    while next <= docs {
         let mut tx = db.begin_write()?;
         tx.set_durability(Durability::Async);
         {
             let mut t = tx.open_tree(TREE)?;
-            for i in next..(next + 1000).min(DOCS + 1) {
+            for i in next..(next + 1000).min(docs + 1) {
                 t.insert(&key(i), &value)?;
             }
         }
@@ -64,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        1 + x % DOCS
+        1 + x % docs
     };
     let mut found = 0u64;
     for _ in 0..n {
