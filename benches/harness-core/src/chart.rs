@@ -28,7 +28,7 @@ pub fn write_chart(path: &Path, title: &str, rows: &[Row], order: &[&str]) -> Re
     let series = labels(rows);
     let value = |label: &str, step: &str| {
         rows.iter()
-            .find(|r| r.step == step && r.label() == label)
+            .find(|r| r.step_label() == step && r.label() == label)
             .map(|r| r.ops)
             .filter(|x| x.is_finite() && *x > 0.0)
     };

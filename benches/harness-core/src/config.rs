@@ -43,6 +43,50 @@ pub enum IoCounter {
     Proc,
 }
 
+/// How the n readers of `pq.n` and `rq.n` run (`--readers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readers {
+    /// n threads of the engine's process (the default).
+    Threads,
+    /// n processes, each opening the database read-only beside the engine's process.
+    Processes,
+    /// Both, one after the other in the same child: threads, then processes (two rows).
+    Both,
+}
+
+impl Readers {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Readers::Threads => "threads",
+            Readers::Processes => "processes",
+            Readers::Both => "both",
+        }
+    }
+
+    /// Parse a name of [`Readers::name`].
+    pub fn from_name(s: &str) -> Option<Readers> {
+        [Readers::Threads, Readers::Processes, Readers::Both]
+            .into_iter()
+            .find(|r| r.name() == s)
+    }
+
+    /// Whether processes run in any step.
+    pub fn processes(self) -> bool {
+        self != Readers::Threads
+    }
+
+    /// The runs of a step whose readers may be processes, in order: `false` for threads,
+    /// `true` for processes.
+    pub fn runs(self) -> &'static [bool] {
+        match self {
+            Readers::Threads => &[false],
+            Readers::Processes => &[true],
+            Readers::Both => &[false, true],
+        }
+    }
+}
+
 /// Set only in a child: which engine and setup it runs, and where its rows go.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChildRole {
@@ -54,6 +98,20 @@ pub struct ChildRole {
     pub results: PathBuf,
     /// A cgroup (its directory) the child moves itself into before anything else.
     pub cgroup: Option<PathBuf>,
+}
+
+/// Set only in a reader process (`--readers processes`): one of a step's readers, started by
+/// the child that runs `engine`/`setup`, reading that child's database from another process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReaderRole {
+    /// Engine name.
+    pub engine: String,
+    /// Setup name.
+    pub setup: String,
+    /// The step whose reader this is (`pq.n` or `rq.n`).
+    pub step: Step,
+    /// Which of the step's readers (the thread index of the thread it stands for: its seed).
+    pub index: usize,
 }
 
 /// Everything the command line says.
@@ -107,8 +165,13 @@ pub struct Config {
     pub ib_threads: Vec<usize>,
     /// Insert benchmark: the durability of its commits.
     pub ib_durability: Durability,
+    /// `--readers`: whether `pq.n` and `rq.n` run their n readers as n threads of the
+    /// engine's process, as n processes (each opening the database read-only), or both.
+    pub readers: Readers,
     /// Set in a child process.
     pub child: Option<ChildRole>,
+    /// Set in a reader process.
+    pub reader: Option<ReaderRole>,
     /// Set in a ballast helper process: bytes to lock.
     pub ballast: Option<u64>,
 }
@@ -160,6 +223,10 @@ pub fn usage(program: &str) -> String {
                        at most {max_ib}); 2 writers make step ib.l.i1.t2, and so on
   --ib-durability D    insert benchmark commits: async (default; SQLite synchronous=NORMAL)
                        or sync (SQLite FULL)
+  --readers MODE       how pq.n and rq.n run their n readers: threads (default) of the engine's
+                       process; processes, each opening the database read-only beside it
+                       (larch only; the limits' stay threads; rows pq.n/procs, rq.n/procs);
+                       or both, threads then processes in the same child (two rows each)
   --keep               keep the database files
   --no-limits          do not measure the limits (fdatasync/s, in-memory BTreeMap, direct reads)",
         steps::listed_names().join(","),
@@ -218,7 +285,9 @@ impl Config {
             ib_batch: 100,
             ib_threads: vec![1],
             ib_durability: Durability::Async,
+            readers: Readers::Threads,
             child: None,
+            reader: None,
             ballast: None,
         };
         let mut docs = None;
@@ -235,6 +304,12 @@ impl Config {
                 "--quick" => c.quick = true,
                 "--keep" => c.keep = true,
                 "--no-limits" => c.no_limits = true,
+                "--readers" => {
+                    let v = value(args, &mut i, a)?;
+                    c.readers = Readers::from_name(v).ok_or_else(|| {
+                        format!("--readers {v:?}: use threads, processes or both")
+                    })?;
+                }
                 "--docs" => docs = Some(num::<u64>(value(args, &mut i, a)?, a)?),
                 "--secs" => secs = Some(num::<f64>(value(args, &mut i, a)?, a)?),
                 "--value-size" => c.value_size = num(value(args, &mut i, a)?, a)?,
@@ -307,6 +382,23 @@ impl Config {
                         Some(r) => r.cgroup = Some(path),
                         None => return Err("--internal-cgroup must follow --internal-child".into()),
                     }
+                }
+                "--internal-reader" => {
+                    let engine = value(args, &mut i, a)?.to_string();
+                    let setup = value(args, &mut i, a)?.to_string();
+                    let step = value(args, &mut i, a)?;
+                    let step = Step::from_name(step)
+                        .filter(|s| s.reader_processes_apply())
+                        .ok_or_else(|| {
+                            format!("{a}: {step:?} is not a step with reader processes")
+                        })?;
+                    let index = num(value(args, &mut i, a)?, a)?;
+                    c.reader = Some(ReaderRole {
+                        engine,
+                        setup,
+                        step,
+                        index,
+                    });
                 }
                 "--internal-ballast" => c.ballast = Some(num(value(args, &mut i, a)?, a)?),
                 other => return Err(format!("unknown option {other:?}")),
@@ -391,6 +483,23 @@ impl Config {
         results: &std::path::Path,
         cgroup: Option<&std::path::Path>,
     ) -> Vec<String> {
+        let mut a = self.common_args(seed, dir);
+        a.extend([
+            "--internal-child".into(),
+            engine.into(),
+            setup.into(),
+            results.display().to_string(),
+        ]);
+        if let Some(cg) = cgroup {
+            a.push("--internal-cgroup".into());
+            a.push(cg.display().to_string());
+        }
+        a
+    }
+
+    /// The arguments a child or a reader process shares with this run: sizes, steps, seed,
+    /// the database root `dir`, and the flags that change what a step does.
+    fn common_args(&self, seed: u64, dir: &std::path::Path) -> Vec<String> {
         let mut a: Vec<String> = vec![
             "--docs".into(),
             self.docs.to_string(),
@@ -442,16 +551,32 @@ impl Config {
             a.push("--io-counter".into());
             a.push("proc".into());
         }
+        if self.readers != Readers::Threads {
+            a.push("--readers".into());
+            a.push(self.readers.name().into());
+        }
+        a
+    }
+
+    /// The arguments of reader process `index` of `step`, reading the database of
+    /// `engine`/`setup` under the root `dir` (the child's `--dir`).
+    pub fn reader_args(
+        &self,
+        engine: &str,
+        setup: &str,
+        seed: u64,
+        dir: &std::path::Path,
+        step: Step,
+        index: usize,
+    ) -> Vec<String> {
+        let mut a = self.common_args(seed, dir);
         a.extend([
-            "--internal-child".into(),
+            "--internal-reader".into(),
             engine.into(),
             setup.into(),
-            results.display().to_string(),
+            step.name().into(),
+            index.to_string(),
         ]);
-        if let Some(cg) = cgroup {
-            a.push("--internal-cgroup".into());
-            a.push(cg.display().to_string());
-        }
         a
     }
 }
@@ -586,6 +711,53 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad} was accepted");
         }
         assert_eq!(parse("--help"), Err(String::new()));
+    }
+
+    #[test]
+    fn reader_processes() {
+        assert_eq!(parse("--quick").unwrap().readers, Readers::Threads);
+        assert_eq!(parse("--readers both").unwrap().readers, Readers::Both);
+        assert_eq!(parse("--readers threads").unwrap().readers.runs(), &[false]);
+        assert_eq!(Readers::Both.runs(), &[false, true]);
+        assert!(parse("--readers").is_err() && parse("--readers forks").is_err());
+        let c = parse("--steps pq.n,rq.n --threads 4 --readers both --docs 900 --seed 3").unwrap();
+        assert_eq!(c.readers, Readers::Both);
+        assert!(c.reader.is_none());
+        // The engine's child runs its read steps the same way.
+        let args = c.child_args(
+            "larch",
+            "first-fit/pwrite",
+            3,
+            std::path::Path::new("/d"),
+            std::path::Path::new("/r"),
+            None,
+        );
+        assert_eq!(Config::parse(&args).unwrap().readers, Readers::Both);
+        // A reader process: the run's sizes and seed, its step and index.
+        let step = Step::from_name("rq.n").unwrap();
+        let args = c.reader_args("larch", "null/mmap", 3, std::path::Path::new("/d"), step, 2);
+        let r = Config::parse(&args).unwrap();
+        assert_eq!((r.docs, r.threads, r.seed), (900, 4, Some(3)));
+        assert_eq!(r.dir, Some(PathBuf::from("/d")));
+        assert_eq!(r.child, None);
+        assert_eq!(
+            r.reader,
+            Some(ReaderRole {
+                engine: "larch".into(),
+                setup: "null/mmap".into(),
+                step,
+                index: 2,
+            })
+        );
+        // Only pq.n and rq.n have reader processes.
+        for bad in [
+            "--internal-reader larch first-fit/pwrite pq.1 0",
+            "--internal-reader larch first-fit/pwrite pqw.n 0",
+            "--internal-reader larch first-fit/pwrite pq.n x",
+            "--internal-reader larch first-fit/pwrite pq.n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
     }
 
     #[test]

@@ -67,19 +67,16 @@ pub struct Usage {
 /// Whose usage: the whole process, or the calling thread only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who {
-    /// RUSAGE_SELF: every thread of this process.
+    /// RUSAGE_SELF + RUSAGE_CHILDREN: every thread of this process, and the children it has
+    /// waited for (the reader processes of `--readers processes`; an engine's child has no
+    /// other).
     Process,
     /// RUSAGE_THREAD: the calling thread.
     Thread,
 }
 
-/// getrusage for `who`.
-pub fn usage(who: Who) -> Usage {
+fn rusage(w: libc::c_int) -> Usage {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let w = match who {
-        Who::Process => libc::RUSAGE_SELF,
-        Who::Thread => libc::RUSAGE_THREAD,
-    };
     // SAFETY: getrusage writes one rusage into the pointer it is given.
     unsafe { libc::getrusage(w, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
@@ -88,6 +85,22 @@ pub fn usage(who: Who) -> Usage {
         context_switches: (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
         major_faults: ru.ru_majflt as u64,
         minor_faults: ru.ru_minflt as u64,
+    }
+}
+
+/// getrusage for `who`.
+pub fn usage(who: Who) -> Usage {
+    match who {
+        Who::Process => {
+            let (a, b) = (rusage(libc::RUSAGE_SELF), rusage(libc::RUSAGE_CHILDREN));
+            Usage {
+                cpu_us: a.cpu_us + b.cpu_us,
+                context_switches: a.context_switches + b.context_switches,
+                major_faults: a.major_faults + b.major_faults,
+                minor_faults: a.minor_faults + b.minor_faults,
+            }
+        }
+        Who::Thread => rusage(libc::RUSAGE_THREAD),
     }
 }
 

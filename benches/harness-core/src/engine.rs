@@ -104,6 +104,18 @@ pub trait EngineFactory: Sync {
     }
     /// Open (creating) a database in the empty directory `dir`.
     fn open(&self, dir: &Path, setup: &str, cfg: &EngineConfig) -> Result<Box<dyn Engine>>;
+    /// Whether [`EngineFactory::open_reader`] works: `--readers processes` (or `both`) is refused for an
+    /// engine that says no.
+    fn supports_reader_processes(&self) -> bool {
+        false
+    }
+    /// Open, read-only and from another process, the database in `dir` that a process which
+    /// opened it with [`EngineFactory::open`] still has open (a reader process of
+    /// `--readers processes`). Only [`Engine::reader`] is called on the result.
+    fn open_reader(&self, dir: &Path, setup: &str, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+        let _ = (dir, setup, cfg);
+        Err("this engine has no reader processes".into())
+    }
 }
 
 /// One open database.

@@ -202,6 +202,11 @@ impl EngineFactory for LarchFactory {
             ),
             v("verify_checksums", "false (the default)".into()),
             v(
+                "reader_processes",
+                "with --readers processes (or both), each reader of pq.n/rq.n is a process of its own that opens the file with Options::default().advice(A).read_only(true) while the engine's process has it open read-write; each process attaches to the lock file <file>-lock"
+                    .into(),
+            ),
+            v(
                 "sync",
                 "Durability::Sync with the engine's default commit protocol (docs/format.md): durable when commit returns"
                     .into(),
@@ -251,6 +256,23 @@ impl EngineFactory for LarchFactory {
         Ok(Box::new(LarchEngine {
             db,
             sync: AtomicBool::new(true),
+        }))
+    }
+
+    fn supports_reader_processes(&self) -> bool {
+        true
+    }
+
+    fn open_reader(&self, dir: &Path, setup: &str, _cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+        // The setup's read map and page checks; the policy, write mode and commit settings do
+        // not apply to a read-only handle. The file is live (the engine's process has it open),
+        // so the open takes the newest meta and publishes nothing.
+        let s = Setup::parse(setup)?;
+        let opts = Options::default().advice(s.advice).read_only(true);
+        let db = Db::open(dir.join(FILE), opts)?;
+        Ok(Box::new(LarchEngine {
+            db,
+            sync: AtomicBool::new(false),
         }))
     }
 }

@@ -21,6 +21,7 @@ pub mod larch;
 pub mod limits;
 pub mod machine;
 pub mod memlimit;
+pub mod procs;
 pub mod rate;
 pub mod report;
 pub mod run;

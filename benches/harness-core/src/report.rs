@@ -71,7 +71,14 @@ pub struct Row {
     /// Why the step has no numbers.
     #[serde(skip)]
     pub error: Option<String>,
+    /// The reader processes the step's readers ran as (`--readers`: `pq.n`, `rq.n`);
+    /// 0 when they were threads of the engine's process (and for every other step).
+    #[serde(skip)]
+    pub reader_processes: usize,
 }
+
+/// What [`Row::step_label`] adds to a step whose readers were processes.
+pub const PROCS_SUFFIX: &str = "/procs";
 
 /// Field names of the `rows` objects, in order.
 pub const ROW_FIELDS: [&str; 15] = [
@@ -93,7 +100,7 @@ pub const ROW_FIELDS: [&str; 15] = [
 ];
 
 /// Field names of the `details` objects (after engine, setup, step).
-pub const DETAIL_FIELDS: [&str; 11] = [
+pub const DETAIL_FIELDS: [&str; 12] = [
     "ops_total",
     "secs",
     "threads",
@@ -105,6 +112,7 @@ pub const DETAIL_FIELDS: [&str; 11] = [
     "writer_ops",
     "tenths",
     "error",
+    "reader_processes",
 ];
 
 fn escape(s: &str) -> String {
@@ -147,6 +155,16 @@ impl Row {
         }
     }
 
+    /// The step's name in the tables and the chart: the step, `/procs` after it when its
+    /// readers were processes (`pq.n/procs`), so a run shows which mode each row ran in.
+    pub fn step_label(&self) -> String {
+        if self.reader_processes > 0 {
+            format!("{}{PROCS_SUFFIX}", self.step)
+        } else {
+            self.step.clone()
+        }
+    }
+
     /// engine, or `engine setup` when the setup is not `default`: the column name.
     pub fn label(&self) -> String {
         label(&self.engine, &self.setup)
@@ -186,6 +204,7 @@ impl Row {
                 }),
             ),
             ("error", opt(&self.error)),
+            ("reader_processes", self.reader_processes.to_string()),
         ]
     }
 
@@ -255,6 +274,7 @@ impl Row {
                     }
                 }
                 "error" => r.error = (!v.is_empty()).then(|| v.to_string()),
+                "reader_processes" => r.reader_processes = u(v)? as usize,
                 _ => continue,
             }
             seen += 1;
@@ -282,6 +302,7 @@ impl Row {
             writer_ops: self.writer_ops,
             tenths: self.tenths.as_deref(),
             error: self.error.as_deref(),
+            reader_processes: self.reader_processes,
         }
     }
 }
@@ -304,6 +325,7 @@ struct Details<'a> {
     writer_ops: Option<f64>,
     tenths: Option<&'a [f64]>,
     error: Option<&'a str>,
+    reader_processes: usize,
 }
 
 /// The column name of an engine/setup.
@@ -408,6 +430,7 @@ mod tests {
             writer_ops: None,
             tenths: Some(vec![1000.0, 950.5]),
             error: Some("a\tb=c\nd%".into()),
+            reader_processes: 4,
         }
     }
 
@@ -444,14 +467,18 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].starts_with("engine,setup,step,ops,p50_us,p99_us,p999_us,db_bytes"));
-        assert!(lines[1].ends_with("\"x, \"\"y\"\"\""));
+        assert!(lines[1].ends_with("\"x, \"\"y\"\"\",4"));
         assert!(lines[2].starts_with("lmdb,default,load,,"));
-        assert_eq!(lines[0].split(',').count(), 26);
+        assert_eq!(lines[0].split(',').count(), 27);
     }
 
     #[test]
     fn labels() {
         assert_eq!(label("lmdb", "default"), "lmdb");
         assert_eq!(label("larch", "null/mmap"), "larch null/mmap");
+        let mut r = sample();
+        assert_eq!(r.step_label(), "ows.1/procs");
+        r.reader_processes = 0;
+        assert_eq!(r.step_label(), "ows.1");
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::config::{ChildRole, Config, IoCounter};
+use crate::config::{ChildRole, Config, IoCounter, Readers};
 use crate::counters::{self, Device, Snapshot, Who};
 use crate::engine::{BoxError, Durability, Engine, EngineConfig, EngineFactory, Reader, Writer};
 use crate::ib::IbState;
@@ -46,6 +46,9 @@ pub fn main(factories: &[&dyn EngineFactory]) -> ! {
     };
     if let Some(bytes) = cfg.ballast {
         std::process::exit(memlimit::hold_ballast(bytes));
+    }
+    if let Some(role) = &cfg.reader {
+        std::process::exit(crate::procs::reader_main(&cfg, role, factories));
     }
     let code = match &cfg.child {
         Some(role) => child(&cfg, role, factories),
@@ -96,7 +99,7 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target"))
 }
 
-fn engine_config(cfg: &Config) -> EngineConfig {
+pub(crate) fn engine_config(cfg: &Config) -> EngineConfig {
     EngineConfig {
         docs: cfg.docs,
         key_size: cfg.key_size,
@@ -106,7 +109,7 @@ fn engine_config(cfg: &Config) -> EngineConfig {
     }
 }
 
-fn dir_name(engine: &str, setup: &str) -> String {
+pub(crate) fn dir_name(engine: &str, setup: &str) -> String {
     let s: String = setup
         .chars()
         .map(|c| {
@@ -213,7 +216,11 @@ fn child(cfg: &Config, role: &ChildRole, factories: &[&dyn EngineFactory]) -> i3
     match res {
         Ok(()) => 0,
         Err(e) => {
-            let row = Row::failed(&role.engine, &role.setup, &current, e.to_string());
+            let mut row = Row::failed(&role.engine, &role.setup, &current, e.to_string());
+            if let Some(step) = current.strip_suffix(report::PROCS_SUFFIX) {
+                row.step = step.into();
+                row.reader_processes = cfg.threads;
+            }
             let _ = writeln!(out, "{}", row.to_line());
             eprintln!(
                 "error: {} in {current}: {e}",
@@ -228,13 +235,13 @@ fn child(cfg: &Config, role: &ChildRole, factories: &[&dyn EngineFactory]) -> i3
 pub(crate) struct Ctx<'a> {
     pub(crate) cfg: &'a Config,
     pub(crate) engine: &'a dyn Engine,
-    keys: KeyGen,
-    values: &'a Values,
+    pub(crate) keys: KeyGen,
+    pub(crate) values: &'a Values,
     pub(crate) seed: u64,
-    dir: &'a Path,
-    device: Option<&'a Device>,
-    role: &'a ChildRole,
-    limit: bool,
+    pub(crate) dir: &'a Path,
+    pub(crate) device: Option<&'a Device>,
+    pub(crate) role: &'a ChildRole,
+    pub(crate) limit: bool,
     /// The insert benchmark's next id.
     pub(crate) ib: &'a IbState,
 }
@@ -309,20 +316,27 @@ fn run_engine(
         engine = reopened(engine)?;
     }
     for step in steps {
-        *current = step.name().into();
-        let row = measure(&ctx!(&*engine), step)?;
-        if step.kind == Kind::Load {
-            engine = reopened(engine)?;
+        // Once, or (--readers both) with threads and then with processes.
+        for &procs in crate::procs::runs(cfg, step, role.engine == limits::ENGINE) {
+            *current = if procs {
+                format!("{}{}", step.name(), report::PROCS_SUFFIX)
+            } else {
+                step.name().into()
+            };
+            let row = measure(&ctx!(&*engine), step, procs)?;
+            if step.kind == Kind::Load {
+                engine = reopened(engine)?;
+            }
+            eprintln!(
+                "  {:<28} {:<6} {:>8} ops/s  p99 {:>7} us",
+                report::label(&role.engine, &role.setup),
+                row.step_label(),
+                table::sig3(row.ops),
+                table::sig3(row.p99_us)
+            );
+            writeln!(out, "{}", row.to_line())?;
+            out.flush()?;
         }
-        eprintln!(
-            "  {:<28} {:<6} {:>8} ops/s  p99 {:>7} us",
-            report::label(&role.engine, &role.setup),
-            row.step,
-            table::sig3(row.ops),
-            table::sig3(row.p99_us)
-        );
-        writeln!(out, "{}", row.to_line())?;
-        out.flush()?;
     }
     *current = "close".into();
     engine.close()?;
@@ -348,7 +362,9 @@ pub(crate) fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
-fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
+/// Run `step` and read its counters; `procs`: its readers are processes
+/// ([`crate::procs::runs`]).
+fn measure(ctx: &Ctx<'_>, step: Step, procs: bool) -> Result<Row> {
     if let Some(d) = step.durability() {
         ctx.engine.set_durability(d)?;
     }
@@ -362,7 +378,7 @@ fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
     } else if step.is_ib() {
         crate::ib::run(ctx, step)?
     } else {
-        run_timed(ctx, step)?
+        run_timed(ctx, step, procs)?
     };
     // Async commits are made durable before the counters close (not timed), so wKB/o counts
     // what the step's commits eventually write, not what happened to be flushed by chance.
@@ -421,6 +437,11 @@ fn measure(ctx: &Ctx<'_>, step: Step) -> Result<Row> {
         ops_total: o.ops,
         secs: o.secs,
         threads: step.threads(ctx.cfg.threads),
+        reader_processes: if procs {
+            step.threads(ctx.cfg.threads)
+        } else {
+            0
+        },
         major_faults_per_op: d.usage.major_faults as f64 / n,
         proc_read_bytes: d.io.map(|io| io.read_bytes),
         proc_write_bytes: d.io.map(|io| io.write_bytes),
@@ -487,18 +508,22 @@ fn run_load(ctx: &Ctx<'_>) -> Result<Outcome> {
     })
 }
 
-enum Handle<'e> {
+pub(crate) enum Handle<'e> {
     R(Box<dyn Reader + 'e>),
     W(Box<dyn Writer + 'e>),
 }
 
-struct WorkerDone {
-    ops: u64,
-    hist: Histogram<u64>,
-    end: Instant,
+pub(crate) struct WorkerDone {
+    pub(crate) ops: u64,
+    pub(crate) hist: Histogram<u64>,
+    /// When the last operation ended.
+    pub(crate) end: Instant,
 }
 
-fn run_timed(ctx: &Ctx<'_>, step: Step) -> Result<Outcome> {
+fn run_timed(ctx: &Ctx<'_>, step: Step, procs: bool) -> Result<Outcome> {
+    if procs {
+        return crate::procs::run(ctx, step);
+    }
     let n = step.threads(ctx.cfg.threads);
     let limited = step.limited_writer();
     let barrier = Barrier::new(n + 1 + usize::from(limited));
@@ -583,7 +608,8 @@ fn worker(
     res
 }
 
-fn work(
+/// The loop of one reader or writer thread (or reader process), until `stop`.
+pub(crate) fn work(
     ctx: &Ctx<'_>,
     step: Step,
     t: usize,
@@ -689,6 +715,7 @@ struct RunConfig<'a> {
     ib_batch: usize,
     ib_threads: &'a [usize],
     ib_durability: &'static str,
+    readers: &'static str,
     /// A string, as results.json always had it: a u64 seed above 2^53 loses digits in many
     /// JSON readers.
     seed: String,
@@ -751,6 +778,15 @@ fn plan_runs<'f>(
                     .join(",")
             )
         })?;
+        if cfg.readers.processes()
+            && cfg.steps.iter().any(|s| s.reader_processes_apply())
+            && !f.supports_reader_processes()
+        {
+            return Err(format!(
+                "--readers {}: engine {name} has no reader processes (larch has)",
+                cfg.readers.name()
+            ));
+        }
         for setup in f.setups(&cfg.larch_setups) {
             f.check_setup(&setup).map_err(|e| e.to_string())?;
             engines.push((*f, setup));
@@ -912,6 +948,17 @@ fn print_header(cfg: &Config, s: &mut RunSetup) {
         cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch, s.seed
     );
     println!("mode: {}", s.mode);
+    match cfg.readers {
+        Readers::Threads => {}
+        Readers::Processes => println!(
+            "readers: pq.n and rq.n run {} reader processes (rows pq.n/procs, rq.n/procs), each opening the database read-only beside the engine's process",
+            cfg.threads
+        ),
+        Readers::Both => println!(
+            "readers: pq.n and rq.n run twice, with {0} reader threads (rows pq.n, rq.n) and then {0} reader processes (rows pq.n/procs, rq.n/procs), each opening the database read-only beside the engine's process",
+            cfg.threads
+        ),
+    }
     println!(
         "load average at start: {} (other work on the machine shares the cores and the device)",
         machine::loadavg().unwrap_or_default()
@@ -1040,18 +1087,32 @@ fn child_rows(
         })
         .collect();
     for step in steps_for(cfg, f, setup) {
-        if !got.iter().any(|r| r.step == step.name()) {
-            got.push(Row::failed(
-                f.name(),
-                setup,
-                step.name(),
-                format!("not run: the engine's process ended ({status_text})"),
-            ));
+        for &procs in crate::procs::runs(cfg, step, f.name() == limits::ENGINE) {
+            let procs = if procs { step.threads(cfg.threads) } else { 0 };
+            if !got
+                .iter()
+                .any(|r| r.step == step.name() && r.reader_processes == procs)
+            {
+                let mut row = Row::failed(
+                    f.name(),
+                    setup,
+                    step.name(),
+                    format!("not run: the engine's process ended ({status_text})"),
+                );
+                row.reader_processes = procs;
+                got.push(row);
+            }
         }
     }
-    // Keep run order, with a failure row for the step that failed in place.
-    got.sort_by_key(|r| Step::from_name(&r.step).map_or(usize::MAX, |s| s.index()));
-    got.dedup_by(|b, a| a.step == b.step);
+    // Keep run order (threads before processes), with a failure row for the step that
+    // failed in place.
+    got.sort_by_key(|r| {
+        (
+            Step::from_name(&r.step).map_or(usize::MAX, |s| s.index()),
+            r.reader_processes,
+        )
+    });
+    got.dedup_by(|b, a| a.step == b.step && a.reader_processes == b.reader_processes);
     got
 }
 
@@ -1096,6 +1157,7 @@ fn run_config<'a>(
         ib_batch: cfg.ib_batch,
         ib_threads: &cfg.ib_threads,
         ib_durability: cfg.ib_durability.name(),
+        readers: cfg.readers.name(),
         seed: s.seed.to_string(),
         dir: s.db_root.display().to_string(),
         out: s.out.display().to_string(),
@@ -1112,6 +1174,7 @@ fn run_config<'a>(
             ("owa", "random existing keys overwritten, one key per commit, async; a sync after the step (untimed) before the counters close".into()),
             ("pqw/rqw", "readers plus one writer thread limited to 1000 async single-key commits/s; ops counts reads; a sync after the step (untimed)".into()),
             ("pq/rq", "point reads of one random existing key / range reads of 20 entries from one, each its own read transaction".into()),
+            ("readers", "config.readers (--readers): with processes, pq.n and rq.n of each engine that has them run their n readers as n processes (re-executions of this binary opening the database read-only while the engine's process keeps it open) instead of n threads; with both, each of those steps runs with threads and then with processes in the same child; such a row's details say how many processes (reader_processes) and the tables label it pq.n/procs, rq.n/procs; cpu/o, cs/o and mf/o include the reader processes (reaped children), rss does not".into()),
             ("ib", format!("insert benchmark, in a child process of its own per engine/setup: a table of ib_rows rows (8-byte big-endian auto-increment id -> {} B row: 3 indexed 8-byte fields, each a hash of the id below {:?}, then random padding) and 3 secondary indexes (key = field value + id, value empty); commits {}", cfg.ib_row_size, crate::ib::CARDINALITY, cfg.ib_durability.name())),
             ("ib.l.i0", "ib_rows rows in id order, ib_batch per commit, no index, then one sync counted in the time; ops = rows/s".into()),
             ("ib.l.x", format!("the engine builds the 3 indexes from the rows (SQLite CREATE INDEX; key-value engines read the rows and insert the entries, {} rows per commit), then one sync counted; ops = rows/s", crate::ib::BUILD_CHUNK)),
@@ -1227,6 +1290,33 @@ mod tests {
             dir_name("larch", "null/mmap:ct=0.25"),
             "larch-null_mmap_ct_0_25"
         );
+    }
+
+    #[test]
+    fn reader_processes_need_an_engine_that_has_them() {
+        let cfg = |s: &str| Config::parse(&s.split(' ').map(String::from).collect::<Vec<_>>());
+        // A peer engine: no reader processes (the default).
+        struct Peer;
+        impl EngineFactory for Peer {
+            fn name(&self) -> &'static str {
+                "peer"
+            }
+            fn describe(&self, _: &str, _: &EngineConfig) -> Vec<(String, String)> {
+                vec![]
+            }
+            fn open(&self, _: &Path, _: &str, _: &EngineConfig) -> Result<Box<dyn Engine>> {
+                Err("not in this test".into())
+            }
+        }
+        let larch: &dyn EngineFactory = &crate::larch::LarchFactory;
+        let other: &dyn EngineFactory = &Peer;
+        let procs = cfg("--readers both --steps pq.n").unwrap();
+        assert!(plan_runs(&procs, &[larch]).is_ok());
+        let err = plan_runs(&procs, &[larch, other]).err().unwrap();
+        assert!(err.contains("engine peer has no reader processes"), "{err}");
+        // Without a step that has reader processes, or without the option, nothing to refuse.
+        assert!(plan_runs(&cfg("--readers processes --steps pq.1").unwrap(), &[other]).is_ok());
+        assert!(plan_runs(&cfg("--steps pq.n").unwrap(), &[other]).is_ok());
     }
 
     #[test]

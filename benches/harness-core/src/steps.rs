@@ -184,6 +184,13 @@ impl Step {
         matches!(self.kind, Kind::Pqw | Kind::Rqw | Kind::Pq | Kind::Rq)
     }
 
+    /// Whether `--readers processes` runs the step's readers as processes: `pq.n` and `rq.n`
+    /// (reads only, n readers; the steps with a writer keep their readers in the engine's
+    /// process).
+    pub fn reader_processes_apply(self) -> bool {
+        matches!(self.kind, Kind::Pq | Kind::Rq) && self.many
+    }
+
     /// Whether the reads are ranges.
     pub fn ranges(self) -> bool {
         matches!(self.kind, Kind::Rqw | Kind::Rq)
@@ -284,6 +291,12 @@ mod tests {
         assert!(s("ib.l.i1.t4").is_ib() && !s("owa.1").is_ib());
         assert_eq!(s("ib.l.i1.t4").threads(2), 4);
         assert_eq!(s("ib.l.i1").threads(2), 1);
+        let procs: Vec<&str> = ALL
+            .iter()
+            .filter(|s| s.reader_processes_apply())
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(procs, vec!["pq.n", "rq.n"]);
     }
 
     #[test]

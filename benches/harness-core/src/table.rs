@@ -82,17 +82,26 @@ pub fn labels(rows: &[Row]) -> Vec<String> {
     out
 }
 
-/// Step names in first-seen order, following `order`.
+/// The step labels ([`Row::step_label`]) of `rows`, following `order` (step names): each
+/// step, then the same step run with reader processes (`pq.n/procs`) when a row has it.
 pub fn step_names(rows: &[Row], order: &[&str]) -> Vec<String> {
-    order
-        .iter()
-        .filter(|s| rows.iter().any(|r| r.step == **s))
-        .map(|s| s.to_string())
-        .collect()
+    let mut out = Vec::new();
+    for s in order {
+        for procs in [false, true] {
+            if let Some(r) = rows
+                .iter()
+                .find(|r| r.step == *s && (r.reader_processes > 0) == procs)
+            {
+                out.push(r.step_label());
+            }
+        }
+    }
+    out
 }
 
 fn find<'r>(rows: &'r [Row], label: &str, step: &str) -> Option<&'r Row> {
-    rows.iter().find(|r| r.step == step && r.label() == label)
+    rows.iter()
+        .find(|r| r.step_label() == step && r.label() == label)
 }
 
 /// ops/s: one row per step, one column per engine/setup.
@@ -143,7 +152,7 @@ pub fn latency_table(rows: &[Row], order: &[&str]) -> String {
     render(&header, &body)
 }
 
-/// The amplification table of one step: one row per engine/setup.
+/// The amplification table of one step label ([`step_names`]): one row per engine/setup.
 pub fn amp_table(rows: &[Row], step: &str) -> String {
     let header: Vec<String> = [
         step, "ops", "db.mb", "r/o", "mf/o", "wKB/o", "cs/o", "cpu/o", "rss", "s-amp", "setup",
@@ -153,7 +162,7 @@ pub fn amp_table(rows: &[Row], step: &str) -> String {
     .collect();
     let body: Vec<Vec<String>> = rows
         .iter()
-        .filter(|r| r.step == step)
+        .filter(|r| r.step_label() == step)
         .map(|r| {
             if !r.ops.is_finite() {
                 let mut v = vec![r.engine.clone(), "failed".into()];
@@ -206,6 +215,40 @@ pub fn tenths_table(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reader_processes_rows_are_labelled() {
+        // larch's pq.n ran 4 reader processes, the BTreeMap limit's pq.n 4 threads: two rows.
+        let mut larch = Row::failed("larch", "first-fit/pwrite", "pq.n", String::new());
+        larch.error = None;
+        larch.ops = 2_000_000.0;
+        larch.reader_processes = 4;
+        let mut limit = larch.clone();
+        limit.engine = "limit".into();
+        limit.setup = "btreemap".into();
+        limit.ops = 5_000_000.0;
+        limit.reader_processes = 0;
+        let rows = vec![larch, limit];
+        assert_eq!(
+            step_names(&rows, &["pq.1", "pq.n"]),
+            vec!["pq.n", "pq.n/procs"]
+        );
+        let ops = ops_table(&rows, &["pq.n"]);
+        let lines: Vec<&str> = ops.lines().collect();
+        assert_eq!(lines.len(), 3, "{ops}");
+        assert!(
+            lines[1].starts_with("pq.n ") && lines[1].ends_with("5.00M"),
+            "{ops}"
+        );
+        assert!(
+            lines[2].starts_with("pq.n/procs") && lines[2].contains("2.00M"),
+            "{ops}"
+        );
+        assert!(!lines[2].contains("5.00M"), "{ops}");
+        let amp = amp_table(&rows, "pq.n/procs");
+        assert_eq!(amp.lines().count(), 2, "{amp}");
+        assert!(amp.starts_with("pq.n/procs"), "{amp}");
+    }
 
     #[test]
     fn three_significant_digits() {

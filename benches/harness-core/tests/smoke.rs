@@ -188,3 +188,60 @@ fn a_load_advice_setup_reads_the_loaded_file_after_reopening_it() {
         "{json}"
     );
 }
+
+#[test]
+fn reader_processes_read_the_engines_file_from_other_processes() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
+        .args([
+            "--docs",
+            "2000",
+            "--secs",
+            "0.05",
+            "--threads",
+            "2",
+            "--seed",
+            "11",
+            "--no-limits",
+            "--steps",
+            "ows.1,pq.n,rq.n,owa.1",
+            "--readers",
+            "both",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    // The tables say which mode each read step ran in: threads, then processes.
+    for label in ["pq.n ", "pq.n/procs ", "rq.n ", "rq.n/procs "] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(label)),
+            "no {label} row:\n{stdout}"
+        );
+    }
+    // pq.n fails on the first key it does not find: the reader processes saw the whole file,
+    // after the writer's commits; the writer committed again after they detached.
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let got: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}:{}", r[col("step")], r[col("reader_processes")]))
+        .collect();
+    assert_eq!(
+        got,
+        vec!["ows.1:0", "pq.n:0", "pq.n:2", "rq.n:0", "rq.n:2", "owa.1:0"],
+        "{csv}"
+    );
+    for r in &rows {
+        assert_eq!(r[col("error")], "", "a step failed: {r:?}");
+        assert!(r[col("ops_total")].parse::<u64>().unwrap() > 0, "{r:?}");
+    }
+    let json = std::fs::read_to_string(out.path().join("results.json")).unwrap();
+    assert!(json.contains("\"readers\": \"both\""), "{json}");
+}
