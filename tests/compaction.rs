@@ -526,6 +526,33 @@ fn threshold_compaction_bounds_even_a_writer_of_async_commits() {
     );
 }
 
+/// 20,000 keys of 200 bytes in tree "t", one commit.
+fn fill_20k(db: &Db) {
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..20_000u32 {
+            t.insert(&i.to_be_bytes(), &[7u8; 200]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+/// Remove nine keys in ten of [`fill_20k`]'s, one commit: the free pages are holes all through
+/// the file, not a tail.
+fn keep_one_in_ten(db: &Db) {
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..20_000u32 {
+            if i % 10 != 0 {
+                t.remove(&i.to_be_bytes()).unwrap();
+            }
+        }
+    }
+    tx.commit().unwrap();
+}
+
 /// A file that goes quiet right after most of it became free: no commit follows to look at
 /// the threshold, so the handle's timer does (each quiet interval ends a window); within a
 /// few intervals a background compaction gives the space back.
@@ -538,25 +565,8 @@ fn threshold_compaction_runs_on_a_quiet_file_after_a_large_delete() {
         .compaction_min_bytes(0)
         .compaction_check_every(std::time::Duration::from_millis(20));
     let db = Db::open(&path, opts).unwrap();
-    let tx = db.begin_write().unwrap();
-    {
-        let mut t = tx.open_tree("t").unwrap();
-        for i in 0..20_000u32 {
-            t.insert(&i.to_be_bytes(), &[7u8; 200]).unwrap();
-        }
-    }
-    tx.commit().unwrap();
-    // Keep one key in ten: the free pages are holes all through the file, not a tail.
-    let tx = db.begin_write().unwrap();
-    {
-        let mut t = tx.open_tree("t").unwrap();
-        for i in 0..20_000u32 {
-            if i % 10 != 0 {
-                t.remove(&i.to_be_bytes()).unwrap();
-            }
-        }
-    }
-    tx.commit().unwrap();
+    fill_20k(&db);
+    keep_one_in_ten(&db);
     let before = std::fs::metadata(&path).unwrap().len();
     let start = std::time::Instant::now();
     while db.compactions() == 0 && start.elapsed() < std::time::Duration::from_secs(20) {
@@ -593,25 +603,9 @@ fn threshold_compaction_is_evaluated_on_db_sync() {
         .compaction_min_bytes(0)
         .compaction_check_every(std::time::Duration::from_secs(3600));
     let db = Db::open(&path, opts).unwrap();
-    let tx = db.begin_write().unwrap();
-    {
-        let mut t = tx.open_tree("t").unwrap();
-        for i in 0..20_000u32 {
-            t.insert(&i.to_be_bytes(), &[7u8; 200]).unwrap();
-        }
-    }
-    tx.commit().unwrap();
+    fill_20k(&db);
     db.sync().unwrap();
-    let tx = db.begin_write().unwrap();
-    {
-        let mut t = tx.open_tree("t").unwrap();
-        for i in 0..20_000u32 {
-            if i % 10 != 0 {
-                t.remove(&i.to_be_bytes()).unwrap();
-            }
-        }
-    }
-    tx.commit().unwrap();
+    keep_one_in_ten(&db);
     assert_eq!(db.compactions(), 0);
     for _ in 0..4 {
         db.sync().unwrap();
