@@ -886,6 +886,47 @@ fn every_cut_of_one_fsync_commits_with_overflow_values_finds_any_missing_page() 
     );
 }
 
+/// Commits of more dirty pages than a commit encodes before it writes them (1 MiB: 256 pages
+/// of 4 KiB), written as several writes of one run and as scattered runs after frees.
+fn script_large_commits(d: Durability) -> Vec<Step> {
+    let mut s = Vec::new();
+    // ~1.4 MB of leaves in one commit of a new file: one run, several writes.
+    for n in 0..4_000 {
+        s.push(Step::Put("l", key(n), val(n, 300)));
+    }
+    s.push(Step::Commit(d));
+    // Free every other leaf's worth, then rewrite every leaf: reused pages between new ones.
+    for n in (0..4_000).filter(|n| n % 8 < 4) {
+        s.push(Step::Del("l", key(n)));
+    }
+    s.push(Step::Commit(d));
+    for n in (0..4_000).step_by(3) {
+        s.push(Step::Put("l", key(n), val(n + 1, 280)));
+    }
+    s.push(Step::Commit(d));
+    s
+}
+
+#[test]
+fn every_cut_of_commits_larger_than_one_write_opens_at_a_whole_committed_state() {
+    // The script does what it is for: some commit writes a full 1 MiB chunk and then more.
+    let trace = run(&script_large_commits(Durability::Sync), Options::default());
+    let chunks = trace
+        .ops
+        .iter()
+        .filter(|o| matches!(o, IoOp::Write { data, .. } if data.len() == 1 << 20))
+        .count();
+    assert!(chunks >= 2, "{chunks} writes of a whole 1 MiB chunk");
+    exhaustive(
+        "large/sync",
+        &script_large_commits(Durability::Sync),
+        Options::default(),
+    );
+    let mut s = script_large_commits(Durability::Async);
+    s.push(Step::Sync);
+    exhaustive("large/async", &s, Options::default());
+}
+
 #[test]
 fn every_cut_of_nometasync_commits_keeps_all_but_possibly_the_last() {
     exhaustive(

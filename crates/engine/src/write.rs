@@ -69,6 +69,10 @@ pub(crate) const FREEMAP: TreeIdx = 1;
 /// `Txn::active` when no tree's nodes are in `Txn::nodes`.
 const NO_TREE: TreeIdx = usize::MAX;
 
+/// The most bytes of encoded pages a commit holds before it writes them: a commit's own memory
+/// is its dirty nodes plus this, however many pages it touched.
+const WRITE_CHUNK_BYTES: usize = 1 << 20;
+
 /// Source of `Txn::serial`: tells savepoints of different transactions apart (txids repeat
 /// after an abort).
 static TX_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -519,35 +523,42 @@ impl Txn {
             );
         }
         order.sort_unstable_by_key(|&(page, _, _)| page);
+        let pages: Vec<PageId> = order.iter().map(|&(page, _, _)| page).collect();
+        // Encode into a bounded buffer and write each contiguous run of pages as it fills,
+        // so a commit's memory does not grow by a second copy of every page it touched.
+        let chunk = (WRITE_CHUNK_BYTES / ps).max(1);
         let trees = &self.trees;
-        // Filled by appending, so the buffer is never zeroed first.
-        let mut buf = Vec::with_capacity(order.len() * ps);
-        for &(_, t, i) in &order {
+        let mut buf = Vec::with_capacity(chunk.min(order.len()) * ps);
+        let mut manifest: Vec<ManifestRun> = Vec::with_capacity(order.len());
+        let mut runs = 0;
+        let mut first = 0; // index in `pages` of the first page in `buf`
+        for (at, &(page, t, i)) in order.iter().enumerate() {
+            let joins = at > first && pages[at - 1] + 1 == page;
+            if at > 0 && pages[at - 1] + 1 != page {
+                runs += 1;
+            }
+            if at > first && (!joins || at - first == chunk) {
+                self.db.pager.write_pages(pages[first], &[&buf])?;
+                buf.clear();
+                first = at;
+            }
             let nodes = &trees[t].nodes;
             nodes[i].encode(&mut buf, ps, self.txid, |n| nodes[n].page);
-        }
-        let pages: Vec<PageId> = order.iter().map(|&(page, _, _)| page).collect();
-        // Write contiguous runs of pages with one vectored call each.
-        let runs = contiguous_runs(&pages);
-        for &(start, end) in &runs {
-            self.db
-                .pager
-                .write_pages(pages[start], &[&buf[start * ps..end * ps]])?;
-        }
-        let mut manifest: Vec<ManifestRun> = pages
-            .iter()
-            .enumerate()
-            .map(|(i, &page)| ManifestRun {
+            manifest.push(ManifestRun {
                 start: page,
                 pages: 1,
                 overflow: false,
                 txid: self.txid,
-                checksum: larch_pager::stored_checksum(&buf[i * ps..(i + 1) * ps]),
-            })
-            .collect();
+                checksum: larch_pager::stored_checksum(&buf[buf.len() - ps..]),
+            });
+        }
+        if !buf.is_empty() {
+            self.db.pager.write_pages(pages[first], &[&buf])?;
+            runs += 1;
+        }
         let mut overflow_runs = 0;
         for &(_, t, i) in &order {
-            for r in self.trees[t].nodes[i].runs().filter(|r| r.fresh) {
+            for r in self.trees[t].nodes[i].fresh_runs() {
                 // Written when it was inserted: its checksum is in its first page's header.
                 let checksum = self
                     .fresh_view()
@@ -563,26 +574,11 @@ impl Txn {
                 overflow_runs += 1;
             }
         }
-        if runs.len() + overflow_runs > larch_pager::manifest_capacity(ps) {
+        if runs + overflow_runs > larch_pager::manifest_capacity(ps) {
             manifest.clear();
         }
         Ok(manifest)
     }
-}
-
-/// `(start, end)` index ranges of `pages` (sorted) whose page ids are consecutive.
-fn contiguous_runs(pages: &[PageId]) -> Vec<(usize, usize)> {
-    let mut runs = Vec::new();
-    let mut start = 0;
-    while start < pages.len() {
-        let mut end = start + 1;
-        while end < pages.len() && pages[end] == pages[end - 1] + 1 {
-            end += 1;
-        }
-        runs.push((start, end));
-        start = end;
-    }
-    runs
 }
 
 impl Drop for Txn {
