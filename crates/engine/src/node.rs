@@ -228,6 +228,14 @@ impl Node {
         self.ents.iter().filter_map(|e| self.run_of(e))
     }
 
+    /// The overflow runs this transaction wrote that the leaf refers to.
+    pub fn fresh_runs(&self) -> impl Iterator<Item = Run> + '_ {
+        self.ents
+            .iter()
+            .filter(|e| e.flags & FRESH != 0)
+            .filter_map(|e| self.run_of(e))
+    }
+
     /// Leaf: position of `key`, or where it would be inserted.
     #[inline]
     pub fn search(&self, key: &[u8]) -> std::result::Result<usize, usize> {
@@ -451,7 +459,7 @@ impl Node {
         let mut n = Node::empty(new_page, page.leaf, role);
         n.ents.reserve(page.count + 1);
         // Room for a few more entries before the arena grows.
-        n.bytes.reserve(page.bytes.len() + page.bytes.len() / 2);
+        n.bytes.reserve(page.bytes.len() + page.bytes.len() / 8);
         n.bytes.extend_from_slice(page.bytes);
         // One pass over the slots with the same checks as `NodePage::entry` and `child`.
         let b = page.bytes;
