@@ -102,6 +102,9 @@ impl Ent {
     }
 }
 
+/// The zeros a page is encoded over.
+static ZERO_PAGE: [u8; larch_pager::MAX_PAGE_SIZE] = [0; larch_pager::MAX_PAGE_SIZE];
+
 /// A node being edited by a write transaction. Keys and inline values are kept in one byte
 /// arena per node (no allocation per entry), so copying a page into a node, editing it and
 /// dropping it cost a few allocations, not two per entry. Branches keep key 0 empty.
@@ -523,13 +526,18 @@ impl Node {
             n.ents.push(e);
         }
         n.dead = n.bytes.len() - held;
-        n.recompute_size();
+        // Every entry's slot and cell header, plus what it holds (`entry_size`).
+        n.size = page.count * (SLOT + hdr) + held;
+        debug_assert_eq!(
+            n.size,
+            (0..n.ents.len()).map(|i| n.entry_size(i)).sum::<usize>()
+        );
         Ok(n)
     }
 
     /// Append the page this node encodes to (`page_size` bytes) to `out`; `page_of` gives the
-    /// page of a dirty child. The cells are appended from the lowest address up (the last
-    /// entry's cell is lowest), so only the header, slots and free gap are zeroed first.
+    /// page of a dirty child. Entry 0's cell is highest in the page, the last entry's lowest,
+    /// with the free gap (zeros) between the slots and the cells.
     pub fn encode(
         &self,
         out: &mut Vec<u8>,
@@ -555,43 +563,47 @@ impl Node {
             count: self.ents.len() as u16,
             txid,
         };
-        // Header, slots and the gap: zeroed, then filled in place; the cells are appended.
-        let mut end = page_size;
-        for i in 0..self.ents.len() {
-            end -= self.entry_size(i) - SLOT;
-        }
-        let slots_end = PAGE_HEADER_SIZE + self.ents.len() * SLOT;
-        debug_assert!(slots_end <= end, "a dirty node outgrew its page");
-        out.resize(start + end.max(slots_end), 0);
-        let head = &mut out[start..];
-        header.write(head);
-        let mut cell = page_size;
-        for i in 0..self.ents.len() {
-            cell -= self.entry_size(i) - SLOT;
-            let slot = PAGE_HEADER_SIZE + i * SLOT;
-            head[slot..slot + SLOT].copy_from_slice(&(cell as u16).to_le_bytes());
-        }
-        for (i, e) in self.ents.iter().enumerate().rev() {
-            let k = e.klen.to_le_bytes();
-            if self.leaf {
-                let flags = if e.overflow() { FLAG_OVERFLOW } else { 0 };
+        debug_assert!(
+            PAGE_HEADER_SIZE + self.size <= page_size,
+            "a dirty node outgrew its page"
+        );
+        // Zeros up to the lowest cell (header, slots, free gap); then the cells from the
+        // last entry's (lowest) up to entry 0's, each one's slot set as it is appended. Only
+        // the gap is zeroed, and each byte is written once.
+        let low = page_size - (self.size - self.ents.len() * SLOT);
+        out.reserve(page_size);
+        out.extend_from_slice(&ZERO_PAGE[..low]);
+        header.write(&mut out[start..]);
+        let slot_of = |i: usize| start + PAGE_HEADER_SIZE + i * SLOT;
+        if self.leaf {
+            for (i, e) in self.ents.iter().enumerate().rev() {
+                let cell = (out.len() - start) as u16;
+                out[slot_of(i)..slot_of(i) + SLOT].copy_from_slice(&cell.to_le_bytes());
+                let k = e.klen.to_le_bytes();
                 let v = e.vlen.to_le_bytes();
+                let flags = if e.overflow() { FLAG_OVERFLOW } else { 0 };
                 out.extend_from_slice(&[k[0], k[1], flags, 0, v[0], v[1], v[2], v[3]]);
                 // Key and value (or the run's first page) sit together in the arena, as in
                 // the cell.
-                let s = e.at as usize;
-                out.extend_from_slice(&self.bytes[s..s + e.held()]);
-            } else {
-                let child = match self.children[i] {
+                let at = e.at as usize;
+                out.extend_from_slice(&self.bytes[at..at + e.held()]);
+            }
+        } else {
+            debug_assert_eq!(self.ents.len(), self.children.len());
+            for (i, (e, child)) in self.ents.iter().zip(&self.children).enumerate().rev() {
+                let cell = (out.len() - start) as u16;
+                out[slot_of(i)..slot_of(i) + SLOT].copy_from_slice(&cell.to_le_bytes());
+                let child = match *child {
                     Child::Page(p) => p,
                     Child::Node(n) => page_of(n),
                 };
+                let k = e.klen.to_le_bytes();
                 let c = child.to_le_bytes();
                 out.extend_from_slice(&[
                     k[0], k[1], c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
                 ]);
-                let s = e.at as usize;
-                out.extend_from_slice(&self.bytes[s..s + e.klen as usize]);
+                let at = e.at as usize;
+                out.extend_from_slice(&self.bytes[at..at + e.klen as usize]);
             }
         }
         debug_assert_eq!(out.len(), start + page_size);
