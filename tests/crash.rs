@@ -320,6 +320,9 @@ struct Coverage {
     pairs: usize,
     /// `append` steps (sorted bulk loads).
     appends: usize,
+    /// Writes of a whole 1 MiB chunk: commits of more dirty pages than a commit encodes
+    /// before it writes them (write.rs, `WRITE_CHUNK_BYTES`).
+    chunked_writes: usize,
 }
 
 impl Coverage {
@@ -339,6 +342,7 @@ impl Coverage {
         self.remove_ranges += o.remove_ranges;
         self.pairs += o.pairs;
         self.appends += o.appends;
+        self.chunked_writes += o.chunked_writes;
     }
 }
 
@@ -694,6 +698,10 @@ fn run(steps: &[Step], opts: Options) -> Trace {
     };
     let mut coverage = d.coverage;
     coverage.faults = by_kind;
+    coverage.chunked_writes = ops
+        .iter()
+        .filter(|o| matches!(o, IoOp::Write { data, .. } if data.len() == 1 << 20))
+        .count();
     let events = shared.events.lock().unwrap().clone();
     Trace {
         initial,
@@ -1055,6 +1063,9 @@ struct Gen {
 
 type PutShape = (&'static str, Vec<u8>, usize);
 
+/// The first key number of [`Gen::bulk`]'s band, above the 0..500 of the other steps.
+const BULK_FROM: u64 = 100_000;
+
 impl Gen {
     const TREES: [&'static str; 3] = ["a", "b", "c"];
 
@@ -1076,8 +1087,32 @@ impl Gen {
         self.s.push(Step::Put(t, k, v));
     }
 
-    /// The operations of one transaction (the old generator's mix); what it put.
+    /// A transaction of more dirty pages than a commit encodes before it writes them (1 MiB):
+    /// the bulk band (keys above every `key(n < 500)`) removed and written again, 1.3-1.9 MB
+    /// of new leaves, so a fault on the n-th write can land between two of its writes. What
+    /// it put.
+    fn bulk(&mut self) -> Vec<PutShape> {
+        let mut puts = Vec::new();
+        let t = self.tree();
+        self.s.push(Step::RemoveRange(
+            t,
+            key(BULK_FROM),
+            key(BULK_FROM + 10_000),
+        ));
+        let n = 2_000 + self.rng.below(800);
+        let len = 550 + self.rng.below(100) as usize;
+        for i in 0..n {
+            self.put(t, key(BULK_FROM + i), len, &mut puts);
+        }
+        puts
+    }
+
+    /// The operations of one transaction (the old generator's mix, now and then a bulk one);
+    /// what it put.
     fn body(&mut self) -> Vec<PutShape> {
+        if self.rng.below(30) == 0 {
+            return self.bulk();
+        }
         let mut puts = Vec::new();
         let ops = 1 + self.rng.below(60);
         for _ in 0..ops {
@@ -1453,7 +1488,8 @@ fn random_workloads_survive_random_cuts() {
                 && c.rollbacks > 0
                 && c.remove_ranges > 0
                 && c.pairs > 0
-                && c.appends > 0,
+                && c.appends > 0
+                && c.chunked_writes > 0,
             "the generator no longer makes every case: {c:?}"
         );
     }
