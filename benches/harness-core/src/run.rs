@@ -981,10 +981,15 @@ fn print_header(cfg: &Config, s: &mut RunSetup) {
             .as_ref()
             .map_or("no block device", |d| d.name.as_str()),
     );
-    println!(
-        "run: {} docs, {} B keys, {} B values, {} s per timed step, {} threads for .n, load batches of {}, seed {}",
-        cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch, s.seed
-    );
+    if Family::of(&cfg.steps) == Family::Rb {
+        // Only redb's shapes: the documents, seconds and threads do not apply.
+        println!("run: redb's write shapes only, seed {}", s.seed);
+    } else {
+        println!(
+            "run: {} docs, {} B keys, {} B values, {} s per timed step, {} threads for .n, load batches of {}, seed {}",
+            cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch, s.seed
+        );
+    }
     if cfg.steps.iter().any(|s| s.is_rb()) {
         let rb = cfg.rb;
         println!(
@@ -1258,30 +1263,28 @@ fn write_results(
         .map_err(|e| format!("{}: {e}", json_path.display()))?;
     fs::write(&csv_path, report::results_csv(rows))
         .map_err(|e| format!("{}: {e}", csv_path.display()))?;
-    let title = format!(
-        "ops/s per step: {} docs, {} B values, {} s/step, {}",
-        cfg.docs,
-        cfg.value_size,
-        cfg.secs,
-        if cfg.mem_limit.is_some() {
-            format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
-        } else {
-            "cached".into()
-        }
-    );
+    let cached = if cfg.mem_limit.is_some() {
+        format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
+    } else {
+        "cached".into()
+    };
+    let title = if Family::of(&cfg.steps) == Family::Rb {
+        format!(
+            "keys/s per step: redb's write shapes, {} keys loaded, {} B keys, {} B values, {cached}",
+            cfg.rb.load, cfg.rb.key_size, cfg.rb.value_size
+        )
+    } else {
+        format!(
+            "ops/s per step: {} docs, {} B values, {} s/step, {cached}",
+            cfg.docs, cfg.value_size, cfg.secs
+        )
+    };
     if let Err(e) = chart::write_chart(&svg_path, &title, rows, order) {
         eprintln!("warning: {e}");
     }
     let ib_title = format!(
-        "ib.l.i1 rows/s per tenth: {} rows of {} B, {} inserted, 3 indexes, {}",
-        cfg.ib_rows,
-        cfg.ib_row_size,
-        cfg.ib_inserts,
-        if cfg.mem_limit.is_some() {
-            format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
-        } else {
-            "cached".into()
-        }
+        "ib.l.i1 rows/s per tenth: {} rows of {} B, {} inserted, 3 indexes, {cached}",
+        cfg.ib_rows, cfg.ib_row_size, cfg.ib_inserts,
     );
     let ib_chart = match chart::write_tenths_chart(&ib_path, &ib_title, rows) {
         Ok(wrote) => wrote,
