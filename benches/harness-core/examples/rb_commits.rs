@@ -6,18 +6,21 @@
 //! then, for each SHAPE in turn, COMMITS commits of it:
 //!
 //! - `ins1`: one new key, Sync; `insb`: 1,000 new keys, Sync; `insa`: one new key, Async
-//!   (then one `Db::sync`, reported on its own). `ins1:1000,insb:100,insa:50000` is the order
+//!   (then one `Db::sync`, reported on its own); `sorted`: 1,000,000 keys past every other
+//!   (24 bytes of 0xFF then a big-endian counter) with `WriteTree::append`, Sync (COMMITS of
+//!   them; the `rb.sorted` step is one). `ins1:1000,insb:100,insa:50000,sorted:1` is the order
 //!   of the `rb.*` steps.
 //!
-//! For each tenth of a shape's commits it prints the mean time of a whole transaction (inserts and
-//! commit) and of its commit alone and, from `Db::io_stats`, the
-//! write calls (runs of pages) and pages written per commit, the syncs of the tenth, and the
-//! file's size at the end of the tenth. POLICY is a free-space policy name (default first-fit). `recache`: after
-//! the load, close the file, drop its pages from the page cache (`posix_fadvise(DONTNEED)`, the file is
-//! synced) and read them back 4 KiB at a time without readahead, and open it again, so the page cache holds the file in small
-//! folios, as it does for a file first written a page at a time; without it the cache keeps the
-//! folios the load's large writes made. Compare the two to see what the folio size costs the
-//! page writes (docs/benchmarks.md, "redb's write shapes").
+//! For each tenth of a shape's commits it prints the mean time of a whole transaction
+//! (inserts and commit) and of its commit alone and, from `Db::io_stats`, the write calls
+//! (runs of pages) and pages written per commit, the syncs of the tenth, and the file's size
+//! at the end of the tenth. POLICY is a free-space policy name (default first-fit).
+//! `recache`: after the load, close the file, drop its pages from the page cache
+//! (`posix_fadvise(DONTNEED)`; the file is synced) and read them back 4 KiB at a time
+//! without readahead, and open it again, so that the page cache holds the file in small
+//! folios, as it does for a file first written a page at a time; without it the cache keeps
+//! the folios the load's large writes made. Compare the two to see what the folio size costs
+//! the page writes that follow.
 
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
@@ -45,6 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "ins1" => (1u64, Durability::Sync),
             "insb" => (1_000, Durability::Sync),
             "insa" => (1, Durability::Async),
+            "sorted" => (1_000_000, Durability::Sync),
             _ => return Err(format!("unknown shape {shape:?}").into()),
         };
         shapes.push((shape, commits.parse::<u64>()?, per_commit, durability));
@@ -150,8 +154,16 @@ fn run_shape(
             tx.set_durability(durability);
             {
                 let mut tr = tx.open_tree(TREE)?;
-                for i in *next..*next + per_commit {
-                    tr.insert(keys.key(i, &mut buf), values.pick(&mut rng))?;
+                if shape == "sorted" {
+                    let mut key = [0xFFu8; 32];
+                    for i in *next..*next + per_commit {
+                        key[24..].copy_from_slice(&i.to_be_bytes());
+                        tr.append(&key, values.pick(&mut rng))?;
+                    }
+                } else {
+                    for i in *next..*next + per_commit {
+                        tr.insert(keys.key(i, &mut buf), values.pick(&mut rng))?;
+                    }
                 }
             }
             let s = Instant::now();
