@@ -10,6 +10,60 @@ pub const QUICK_DOCS: u64 = 50_000;
 /// Seconds per timed step of `--quick`.
 pub const QUICK_SECS: f64 = 2.0;
 
+/// The sizes of redb's write shapes (the `rb.*` steps): keys in each step and their length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RbSizes {
+    /// `rb.load`: new random keys in one transaction.
+    pub load: u64,
+    /// `rb.ins1`: durable single-key commits.
+    pub ins1: u64,
+    /// `rb.insb`: durable commits of `batch` keys.
+    pub batches: u64,
+    /// Keys per commit of `rb.insb`.
+    pub batch: usize,
+    /// `rb.insa`: non-durable single-key commits.
+    pub insa: u64,
+    /// `rb.sorted`: ascending keys in one transaction.
+    pub sorted: u64,
+    /// Key bytes (`rb.sorted`'s keys are 8 bytes longer).
+    pub key_size: usize,
+    /// Value bytes.
+    pub value_size: usize,
+}
+
+impl RbSizes {
+    /// redb's benchmark (crates/redb-bench/src/lib.rs): 5,000,000 bulk, 1,000 individual
+    /// writes, 100 batches of 1,000, 50,000 nosync writes, 1,000,000 sorted; 24-byte keys,
+    /// 150-byte values.
+    pub const REDB: RbSizes = RbSizes {
+        load: 5_000_000,
+        ins1: 1_000,
+        batches: 100,
+        batch: 1_000,
+        insa: 50_000,
+        sorted: 1_000_000,
+        key_size: 24,
+        value_size: 150,
+    };
+
+    /// `--quick`: the same shapes, small.
+    pub const QUICK: RbSizes = RbSizes {
+        load: QUICK_DOCS,
+        ins1: 100,
+        batches: 10,
+        batch: 1_000,
+        insa: 1_000,
+        sorted: 10_000,
+        key_size: 24,
+        value_size: 150,
+    };
+
+    /// Keys in the table after every rb step has run.
+    pub fn total_keys(&self) -> u64 {
+        self.load + self.ins1 + self.batches * self.batch as u64 + self.insa + self.sorted
+    }
+}
+
 /// How `--mem-limit` takes memory away from a child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemMechanism {
@@ -165,6 +219,8 @@ pub struct Config {
     pub ib_threads: Vec<usize>,
     /// Insert benchmark: the durability of its commits.
     pub ib_durability: Durability,
+    /// redb's write shapes: the sizes of the `rb.*` steps.
+    pub rb: RbSizes,
     /// `--readers`: whether `pq.n` and `rq.n` run their n readers as n threads of the
     /// engine's process, as n processes (each opening the database read-only), or both.
     pub readers: Readers,
@@ -223,6 +279,17 @@ pub fn usage(program: &str) -> String {
                        at most {max_ib}); 2 writers make step ib.l.i1.t2, and so on
   --ib-durability D    insert benchmark commits: async (default; SQLite synchronous=NORMAL)
                        or sync (SQLite FULL)
+  --rb-load N          redb's shapes: new random keys rb.load commits in one durable
+                       transaction (default {rl}; --quick {ql})
+  --rb-ins1 N          redb's shapes: durable single-key commits of rb.ins1 (default {ri}; --quick {qi})
+  --rb-batches N       redb's shapes: durable commits of rb.insb (default {rbs}; --quick {qbs})
+  --rb-batch N         redb's shapes: new random keys per rb.insb commit (default {rb})
+  --rb-insa N          redb's shapes: non-durable single-key commits of rb.insa (default {ra};
+                       --quick {qa})
+  --rb-sorted N        redb's shapes: ascending keys rb.sorted commits in one durable
+                       transaction (default {rs}; --quick {qs})
+  --rb-key-size K      redb's shapes: key bytes, 16..=32 (default {rk}; rb.sorted's are K+8)
+  --rb-value-size B    redb's shapes: value bytes (default {rv})
   --readers MODE       how pq.n and rq.n run their n readers: threads (default) of the engine's
                        process; processes, each opening the database read-only beside it
                        (larch only; the limits' stay threads; rows pq.n/procs, rq.n/procs);
@@ -231,7 +298,48 @@ pub fn usage(program: &str) -> String {
   --no-limits          do not measure the limits (fdatasync/s, in-memory BTreeMap, direct reads)",
         steps::listed_names().join(","),
         max_ib = steps::MAX_IB_THREADS,
+        rl = RbSizes::REDB.load,
+        ql = RbSizes::QUICK.load,
+        ri = RbSizes::REDB.ins1,
+        qi = RbSizes::QUICK.ins1,
+        rbs = RbSizes::REDB.batches,
+        qbs = RbSizes::QUICK.batches,
+        rb = RbSizes::REDB.batch,
+        ra = RbSizes::REDB.insa,
+        qa = RbSizes::QUICK.insa,
+        rs = RbSizes::REDB.sorted,
+        qs = RbSizes::QUICK.sorted,
+        rk = RbSizes::REDB.key_size,
+        rv = RbSizes::REDB.value_size,
     )
+}
+
+/// The `--rb-*` options given, each over the default (or `--quick`) size.
+#[derive(Default)]
+struct RbSizesGiven {
+    load: Option<u64>,
+    ins1: Option<u64>,
+    batches: Option<u64>,
+    batch: Option<usize>,
+    insa: Option<u64>,
+    sorted: Option<u64>,
+    key_size: Option<usize>,
+    value_size: Option<usize>,
+}
+
+impl RbSizesGiven {
+    fn over(&self, d: RbSizes) -> RbSizes {
+        RbSizes {
+            load: self.load.unwrap_or(d.load),
+            ins1: self.ins1.unwrap_or(d.ins1),
+            batches: self.batches.unwrap_or(d.batches),
+            batch: self.batch.unwrap_or(d.batch),
+            insa: self.insa.unwrap_or(d.insa),
+            sorted: self.sorted.unwrap_or(d.sorted),
+            key_size: self.key_size.unwrap_or(d.key_size),
+            value_size: self.value_size.unwrap_or(d.value_size),
+        }
+    }
 }
 
 fn value<'a>(args: &'a [String], i: &mut usize, flag: &str) -> Result<&'a str, String> {
@@ -285,6 +393,7 @@ impl Config {
             ib_batch: 100,
             ib_threads: vec![1],
             ib_durability: Durability::Async,
+            rb: RbSizes::REDB,
             readers: Readers::Threads,
             child: None,
             reader: None,
@@ -294,6 +403,8 @@ impl Config {
         let mut secs = None;
         let mut steps_given: Option<Vec<Step>> = None;
         let (mut ib_rows, mut ib_inserts) = (None, None);
+        // --rb-* given: they win over --quick whatever the order.
+        let mut rb = RbSizesGiven::default();
         let mut i = 0;
         while i < args.len() {
             let a = args[i].as_str();
@@ -337,6 +448,14 @@ impl Config {
                         }
                     }
                 }
+                "--rb-load" => rb.load = Some(num(value(args, &mut i, a)?, a)?),
+                "--rb-ins1" => rb.ins1 = Some(num(value(args, &mut i, a)?, a)?),
+                "--rb-batches" => rb.batches = Some(num(value(args, &mut i, a)?, a)?),
+                "--rb-batch" => rb.batch = Some(num(value(args, &mut i, a)?, a)?),
+                "--rb-insa" => rb.insa = Some(num(value(args, &mut i, a)?, a)?),
+                "--rb-sorted" => rb.sorted = Some(num(value(args, &mut i, a)?, a)?),
+                "--rb-key-size" => rb.key_size = Some(num(value(args, &mut i, a)?, a)?),
+                "--rb-value-size" => rb.value_size = Some(num(value(args, &mut i, a)?, a)?),
                 "--larch-setups" => c.larch_setups = list(value(args, &mut i, a)?),
                 "--seed" => c.seed = Some(num(value(args, &mut i, a)?, a)?),
                 "--dir" => c.dir = Some(PathBuf::from(value(args, &mut i, a)?)),
@@ -408,6 +527,24 @@ impl Config {
         if c.quick {
             c.docs = QUICK_DOCS;
             c.secs = QUICK_SECS;
+            c.rb = RbSizes::QUICK;
+        }
+        c.rb = rb.over(c.rb);
+        if c.rb.load == 0
+            || c.rb.ins1 == 0
+            || c.rb.batches == 0
+            || c.rb.batch == 0
+            || c.rb.insa == 0
+            || c.rb.sorted == 0
+        {
+            return Err(
+                "--rb-load, --rb-ins1, --rb-batches, --rb-batch, --rb-insa and --rb-sorted must be at least 1"
+                    .into(),
+            );
+        }
+        crate::keys::KeyGen::new(c.rb.key_size).map_err(|e| format!("--rb-key-size: {e}"))?;
+        if c.rb.value_size == 0 || c.rb.value_size > 1 << 20 {
+            return Err("--rb-value-size must be between 1 and 1048576".into());
         }
         if let Some(d) = docs {
             c.docs = d;
@@ -535,6 +672,22 @@ impl Config {
                 .join(","),
             "--ib-durability".into(),
             self.ib_durability.name().into(),
+            "--rb-load".into(),
+            self.rb.load.to_string(),
+            "--rb-ins1".into(),
+            self.rb.ins1.to_string(),
+            "--rb-batches".into(),
+            self.rb.batches.to_string(),
+            "--rb-batch".into(),
+            self.rb.batch.to_string(),
+            "--rb-insa".into(),
+            self.rb.insa.to_string(),
+            "--rb-sorted".into(),
+            self.rb.sorted.to_string(),
+            "--rb-key-size".into(),
+            self.rb.key_size.to_string(),
+            "--rb-value-size".into(),
+            self.rb.value_size.to_string(),
             "--seed".into(),
             seed.to_string(),
             "--dir".into(),
@@ -597,7 +750,8 @@ mod tests {
             (c.docs, c.secs, c.value_size, c.key_size),
             (200_000, 5.0, 256, 16)
         );
-        assert_eq!(c.steps.len(), 13 + 5);
+        assert_eq!(c.steps.len(), 13 + 5 + steps::RB);
+        assert_eq!(c.rb, RbSizes::REDB);
         assert_eq!(
             (c.ib_rows, c.ib_inserts, c.ib_row_size, c.ib_batch),
             (200_000, 200_000, 100, 100)
@@ -611,6 +765,59 @@ mod tests {
         let q = parse("--docs 1000 --quick --secs 0.5").unwrap();
         assert_eq!((q.docs, q.secs), (1000, 0.5));
         assert_eq!(q.ib_rows, 1000);
+        assert_eq!(q.rb, RbSizes::QUICK);
+    }
+
+    #[test]
+    fn rb_options() {
+        let c = parse(
+            "--steps rb.insb,rb.load --rb-load 500_000 --rb-ins1 10 --rb-batches 3 --rb-batch 7 \
+             --rb-insa 20 --rb-sorted 30 --rb-key-size 16 --rb-value-size 64",
+        )
+        .unwrap();
+        let names: Vec<&str> = c.steps.iter().map(|s| s.name()).collect();
+        assert_eq!(names, vec!["rb.load", "rb.insb"]);
+        let want = RbSizes {
+            load: 500_000,
+            ins1: 10,
+            batches: 3,
+            batch: 7,
+            insa: 20,
+            sorted: 30,
+            key_size: 16,
+            value_size: 64,
+        };
+        assert_eq!(c.rb, want);
+        assert_eq!(want.total_keys(), 500_000 + 10 + 21 + 20 + 30);
+        // The child gets the same sizes.
+        let args = c.child_args(
+            "lmdb",
+            "default",
+            1,
+            std::path::Path::new("/d"),
+            std::path::Path::new("/r"),
+            None,
+        );
+        let child = Config::parse(&args).unwrap();
+        assert_eq!((child.rb, child.steps), (want, c.steps.clone()));
+        // --rb-* wins over --quick whatever the order; --quick shrinks the rest.
+        let q = parse("--rb-load 7 --quick").unwrap();
+        assert_eq!(
+            q.rb,
+            RbSizes {
+                load: 7,
+                ..RbSizes::QUICK
+            }
+        );
+        for bad in [
+            "--rb-load 0",
+            "--rb-batch 0",
+            "--rb-sorted x",
+            "--rb-key-size 8",
+            "--rb-value-size 0",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
     }
 
     #[test]

@@ -188,6 +188,15 @@ pub trait IbReader {
 pub trait Writer {
     /// Insert or overwrite every pair, in one transaction, with the durability last set.
     fn write(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<()>;
+
+    /// Insert every pair, in one transaction, with the durability last set, where the keys
+    /// of `pairs` ascend strictly and are all greater than every key already in the table
+    /// (`rb.sorted`). An engine with an append path that relies on that takes it, as redb's
+    /// benchmark does (larch `WriteTree::append`, LMDB `MDB_APPEND`, redb's appending
+    /// cursor); the default is [`Writer::write`].
+    fn write_sorted(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+        self.write(pairs)
+    }
 }
 
 /// Reads for one thread. Every call is its own read transaction (snapshot), as a request

@@ -230,6 +230,11 @@ impl EngineFactory for LarchFactory {
                     .into(),
             ),
             v(
+                "sorted_writes",
+                "rb.sorted: WriteTree::append per pair (no search; the key must be greater than the last) in one write transaction"
+                    .into(),
+            ),
+            v(
                 "insert_benchmark",
                 "trees rows (id -> row), ix1, ix2, ix3 (field + id -> empty) in the same file; a commit opens the four side by side in one write transaction, inserts the rows and their index entries, and deletes the oldest rows with WriteTree::pop_first on rows plus a remove of each of their index entries; ib.l.x reads 1,000 rows a transaction with WriteTree::range and inserts their entries; a range query reads an index with ReadTree::range and each row with get, in one read transaction"
                     .into(),
@@ -454,6 +459,19 @@ impl Writer for LarchWriter<'_> {
         tx.commit()?;
         Ok(())
     }
+
+    fn write_sorted(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut tx = self.e.db.begin_write()?;
+        tx.set_durability(self.e.durability());
+        {
+            let mut t = tx.open_tree(TREE)?;
+            for (k, v) in pairs {
+                t.append(k, v)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
 }
 
 struct LarchReader<'e> {
@@ -583,6 +601,21 @@ mod tests {
         let mut bytes = 0;
         assert_eq!(r.scan(b"b", 20, &mut bytes).unwrap(), 2);
         assert_eq!(bytes, 2 + 3 + 2);
+        drop(r);
+        // Sorted writes append past the last key; a key not past it fails the transaction.
+        {
+            let mut w = e.writer().unwrap();
+            w.write_sorted(&[(b"d".as_slice(), b"4".as_slice()), (b"e", b"55")])
+                .unwrap();
+            assert!(w
+                .write_sorted(&[(b"f".as_slice(), b"6".as_slice()), (b"a", b"x")])
+                .is_err());
+        }
+        e.sync().unwrap();
+        let mut r = e.reader().unwrap();
+        assert_eq!(r.get(b"e").unwrap(), Some(2));
+        assert_eq!(r.get(b"f").unwrap(), None);
+        assert_eq!(r.get(b"a").unwrap(), Some(1));
         drop(r);
         e.close().unwrap();
     }

@@ -23,6 +23,7 @@ pub mod machine;
 pub mod memlimit;
 pub mod procs;
 pub mod rate;
+pub mod rb;
 pub mod report;
 pub mod run;
 pub mod steps;

@@ -102,6 +102,7 @@ fn reader_run(
     let seed = cfg.seed.unwrap_or(0);
     let values = Values::new(cfg.value_size, seed ^ 0x5eed);
     let ib = IbState::default();
+    let rb = crate::rb::RbState::default();
     let child_role = ChildRole {
         engine: role.engine.clone(),
         setup: role.setup.clone(),
@@ -119,6 +120,7 @@ fn reader_run(
         role: &child_role,
         limit: false,
         ib: &ib,
+        rb: &rb,
     };
     let handle = engine.reader()?;
     let mut out = std::io::stdout().lock();

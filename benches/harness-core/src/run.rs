@@ -23,8 +23,9 @@ use crate::keys::{mix64, thread_seed, KeyGen, Rng, Values, MAX_KEY};
 use crate::limits::{self, Limits};
 use crate::memlimit::{self, Limiter};
 use crate::rate::{RateLimiter, LIMITED_WRITES_PER_SEC};
+use crate::rb::RbState;
 use crate::report::{self, Row};
-use crate::steps::{self, Kind, Step, RANGE_LEN};
+use crate::steps::{self, Family, Kind, Step, RANGE_LEN};
 use crate::{chart, machine, table};
 
 type Result<T> = std::result::Result<T, BoxError>;
@@ -99,7 +100,19 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target"))
 }
 
+/// What the engine of a child running `cfg.steps` is told: the documents of the ForestDB
+/// pattern, or (a child of redb's write shapes) every key the rb steps insert, with their
+/// sizes.
 pub(crate) fn engine_config(cfg: &Config) -> EngineConfig {
+    if Family::of(&cfg.steps) == Family::Rb {
+        return EngineConfig {
+            docs: cfg.rb.total_keys(),
+            key_size: cfg.rb.key_size,
+            value_size: cfg.rb.value_size,
+            threads: cfg.threads,
+            mem_limit: cfg.mem_limit,
+        };
+    }
     EngineConfig {
         docs: cfg.docs,
         key_size: cfg.key_size,
@@ -148,18 +161,22 @@ fn steps_for(cfg: &Config, f: &dyn EngineFactory, setup: &str) -> Vec<Step> {
     }
 }
 
-/// The configuration of each child an engine/setup runs in: one for the ForestDB steps and
-/// one for the insert benchmark's (its own database, so sizes and counters are its own), with
-/// the suffix of its directory and rows file.
-fn child_configs(cfg: &Config, f: &dyn EngineFactory, setup: &str) -> Vec<(Config, &'static str)> {
+/// The configuration of each child an engine/setup runs in: one per step family (the
+/// ForestDB steps, the insert benchmark's, redb's write shapes), each with its own database,
+/// so sizes and counters are its own, in the order of [`Family::ALL`].
+fn child_configs(cfg: &Config, f: &dyn EngineFactory, setup: &str) -> Vec<(Config, Family)> {
     let steps = steps_for(cfg, f, setup);
     let mut out = Vec::new();
-    for (ib, suffix) in [(false, ""), (true, "-ib")] {
-        let part: Vec<Step> = steps.iter().copied().filter(|s| s.is_ib() == ib).collect();
+    for family in Family::ALL {
+        let part: Vec<Step> = steps
+            .iter()
+            .copied()
+            .filter(|s| s.family() == family)
+            .collect();
         if !part.is_empty() {
             let mut c = cfg.clone();
             c.steps = part;
-            out.push((c, suffix));
+            out.push((c, family));
         }
     }
     out
@@ -190,8 +207,7 @@ fn child(cfg: &Config, role: &ChildRole, factories: &[&dyn EngineFactory]) -> i3
         eprintln!("error: a child needs --dir");
         return 2;
     };
-    let ib = cfg.steps.iter().all(|s| s.is_ib());
-    let dir = root.join(dir_name(&role.engine, &role.setup) + if ib { "-ib" } else { "" });
+    let dir = root.join(dir_name(&role.engine, &role.setup) + Family::of(&cfg.steps).suffix());
     let _ = fs::remove_dir_all(&dir);
     if let Err(e) = fs::create_dir_all(&dir) {
         eprintln!("error: {}: {e}", dir.display());
@@ -244,6 +260,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) limit: bool,
     /// The insert benchmark's next id.
     pub(crate) ib: &'a IbState,
+    /// redb's write shapes: the next key counter and the bytes stored.
+    pub(crate) rb: &'a RbState,
 }
 
 fn run_engine(
@@ -262,6 +280,7 @@ fn run_engine(
     let values = Values::new(cfg.value_size, seed ^ 0x5eed);
     let keys = KeyGen::new(cfg.key_size)?;
     let ib = IbState::default();
+    let rb = RbState::default();
     // A macro, not a closure: each step borrows the engine only while it runs, and the engine
     // may be closed and reopened after the load.
     macro_rules! ctx {
@@ -277,6 +296,7 @@ fn run_engine(
                 role,
                 limit: role.engine == limits::ENGINE,
                 ib: &ib,
+                rb: &rb,
             }
         };
     }
@@ -293,8 +313,20 @@ fn run_engine(
     };
     let steps = steps_for(cfg, factory, &role.setup);
     let load = Step::new(Kind::Load, false);
-    let ib_only = !steps.is_empty() && steps.iter().all(|s| s.is_ib());
-    if ib_only {
+    let rb_load = Step::new(Kind::RbLoad, false);
+    let family = Family::of(&steps);
+    if family == Family::Rb {
+        // redb's shapes insert into the table the bulk load made.
+        if !steps.contains(&rb_load) {
+            *current = rb_load.name().into();
+            eprintln!(
+                "  ({}, not reported: the other steps need it)",
+                rb_load.name()
+            );
+            engine.set_durability(Durability::Sync)?;
+            crate::rb::run(&ctx!(&*engine), rb_load)?;
+        }
+    } else if family == Family::Ib && !steps.is_empty() {
         // The insert benchmark's steps need the rows (and the later ones the indexes).
         let needs_index = steps
             .iter()
@@ -377,6 +409,8 @@ fn measure(ctx: &Ctx<'_>, step: Step, procs: bool) -> Result<Row> {
         run_load(ctx)?
     } else if step.is_ib() {
         crate::ib::run(ctx, step)?
+    } else if step.is_rb() {
+        crate::rb::run(ctx, step)?
     } else {
         run_timed(ctx, step, procs)?
     };
@@ -409,6 +443,8 @@ fn measure(ctx: &Ctx<'_>, step: Step, procs: bool) -> Result<Row> {
     };
     let logical = if step.is_ib() {
         ib_logical_bytes(ctx.cfg, step) as f64
+    } else if step.is_rb() {
+        crate::rb::logical_bytes(ctx) as f64
     } else {
         engine_config(ctx.cfg).logical_bytes() as f64
     };
@@ -715,6 +751,8 @@ struct RunConfig<'a> {
     ib_batch: usize,
     ib_threads: &'a [usize],
     ib_durability: &'static str,
+    /// redb's write shapes: the keys of each rb step and their sizes.
+    rb: crate::config::RbSizes,
     readers: &'static str,
     /// A string, as results.json always had it: a u64 seed above 2^53 loses digits in many
     /// JSON readers.
@@ -943,10 +981,22 @@ fn print_header(cfg: &Config, s: &mut RunSetup) {
             .as_ref()
             .map_or("no block device", |d| d.name.as_str()),
     );
-    println!(
-        "run: {} docs, {} B keys, {} B values, {} s per timed step, {} threads for .n, load batches of {}, seed {}",
-        cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch, s.seed
-    );
+    if Family::of(&cfg.steps) == Family::Rb {
+        // Only redb's shapes: the documents, seconds and threads do not apply.
+        println!("run: redb's write shapes only, seed {}", s.seed);
+    } else {
+        println!(
+            "run: {} docs, {} B keys, {} B values, {} s per timed step, {} threads for .n, load batches of {}, seed {}",
+            cfg.docs, cfg.key_size, cfg.value_size, cfg.secs, cfg.threads, cfg.batch, s.seed
+        );
+    }
+    if cfg.steps.iter().any(|s| s.is_rb()) {
+        let rb = cfg.rb;
+        println!(
+            "rb: {} B keys, {} B values; rb.load {} keys in one commit, rb.ins1 {} commits, rb.insb {} commits of {}, rb.insa {} commits, rb.sorted {} keys in one commit",
+            rb.key_size, rb.value_size, rb.load, rb.ins1, rb.batches, rb.batch, rb.insa, rb.sorted
+        );
+    }
     println!("mode: {}", s.mode);
     match cfg.readers {
         Readers::Threads => {}
@@ -988,16 +1038,9 @@ fn run_plan(
         described
             .0
             .push((label.clone(), Pairs(f.describe(setup, &ecfg))));
-        for (sub, suffix) in child_configs(cfg, *f, setup) {
-            eprintln!(
-                "== {label}{}",
-                if suffix.is_empty() {
-                    ""
-                } else {
-                    " (insert benchmark)"
-                }
-            );
-            let got = run_child(&sub, *f, setup, suffix, &label, s, exe)?;
+        for (sub, family) in child_configs(cfg, *f, setup) {
+            eprintln!("== {label}{}", family.title());
+            let got = run_child(&sub, *f, setup, family.suffix(), &label, s, exe)?;
             if is_limit {
                 limit_rows.extend(got);
             } else {
@@ -1127,6 +1170,12 @@ fn print_tables(cfg: &Config, s: &RunSetup, rows: &[Row], order: &[&str]) {
     if !tenths.is_empty() {
         println!("{tenths}");
     }
+    if rows
+        .iter()
+        .any(|r| Step::from_name(&r.step).is_some_and(Step::is_rb))
+    {
+        println!("rb.*: ops = keys/s (rb.ins1 and rb.insa commit one key: commits/s too); latency per commit; per-op columns per key; s-amp: allocated file bytes / (keys so far x (key+value)).");
+    }
     println!(
         "r/o: read_bytes of /proc/self/io / 4 KiB per op; mf/o: major faults per op; wKB/o: KiB written per op ({}); cs/o: context switches per op; cpu/o: user+sys CPU us per op; rss: peak resident MB during the step; s-amp: allocated file bytes / (docs x (key+value)); db.mb: allocated/apparent MB.",
         s.wkb_device(cfg).map_or("/proc/self/io write_bytes".to_string(), |d| format!("device {} sectors", d.name))
@@ -1157,6 +1206,7 @@ fn run_config<'a>(
         ib_batch: cfg.ib_batch,
         ib_threads: &cfg.ib_threads,
         ib_durability: cfg.ib_durability.name(),
+        rb: cfg.rb,
         readers: cfg.readers.name(),
         seed: s.seed.to_string(),
         dir: s.db_root.display().to_string(),
@@ -1180,6 +1230,12 @@ fn run_config<'a>(
             ("ib.l.x", format!("the engine builds the 3 indexes from the rows (SQLite CREATE INDEX; key-value engines read the rows and insert the entries, {} rows per commit), then one sync counted; ops = rows/s", crate::ib::BUILD_CHUNK)),
             ("ib.l.i1", "ib_inserts more rows, ib_batch per commit, each commit inserting the rows with their 3 index entries and deleting as many of the oldest rows with theirs (the table stays at ib_rows); .tN: N writer threads taking ids from one counter; ops = rows/s; tenths = rows/s of each tenth of the rows".into()),
             ("ib.qr100/ib.qp100", format!("one query thread: {} entries of a random index from a random field value then a point read of each row they name, in one read transaction / one row by a random live id; beside one writer inserting {} rows/s (one per commit, indexed, the oldest deleted); ops = queries/s", crate::ib::QUERY_LEN, crate::ib::QUERY_WRITER_ROWS_PER_SEC)),
+            ("rb", format!("redb's write shapes (the write phases of redb's comparison benchmark), in a child process of its own per engine/setup on an empty database: new random keys of rb.key_size ({} B) bytes (key-hash counters going on from step to step: distinct, none already in the table), values of rb.value_size ({} B) random bytes; keys and values made before the clock starts; ops = keys/s; latency per commit; space-amp divides by the keys inserted so far x (key + value)", cfg.rb.key_size, cfg.rb.value_size)),
+            ("rb.load", "rb.load new random keys in one transaction, committed durably (sync): the commit is the step".into()),
+            ("rb.ins1", "rb.ins1 new random keys, one sync commit each: keys/s = commits/s".into()),
+            ("rb.insb", "rb.batches sync commits of rb.batch new random keys each: ops = keys/s".into()),
+            ("rb.insa", "rb.insa new random keys, one async commit each: keys/s = commits/s; a sync after the step (untimed) before the counters close".into()),
+            ("rb.sorted", "rb.sorted keys (rb.key_size bytes of 0xFF then a big-endian u64 counter from 0: ascending, past every key in the table) in one sync transaction through Writer::write_sorted: larch WriteTree::append, LMDB MDB_APPEND, redb's appending cursor (upper_bound_mut + insert_before), ordinary inserts for the others, as redb's benchmark".into()),
             ("latency", "hdrhistogram of each operation's time (one clock read per operation)".into()),
             ("rss", "VmHWM after resetting it (clear_refs 5) at the step's start: includes mapped file pages".into()),
         ]),
@@ -1207,30 +1263,28 @@ fn write_results(
         .map_err(|e| format!("{}: {e}", json_path.display()))?;
     fs::write(&csv_path, report::results_csv(rows))
         .map_err(|e| format!("{}: {e}", csv_path.display()))?;
-    let title = format!(
-        "ops/s per step: {} docs, {} B values, {} s/step, {}",
-        cfg.docs,
-        cfg.value_size,
-        cfg.secs,
-        if cfg.mem_limit.is_some() {
-            format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
-        } else {
-            "cached".into()
-        }
-    );
+    let cached = if cfg.mem_limit.is_some() {
+        format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
+    } else {
+        "cached".into()
+    };
+    let title = if Family::of(&cfg.steps) == Family::Rb {
+        format!(
+            "keys/s per step: redb's write shapes, {} keys loaded, {} B keys, {} B values, {cached}",
+            cfg.rb.load, cfg.rb.key_size, cfg.rb.value_size
+        )
+    } else {
+        format!(
+            "ops/s per step: {} docs, {} B values, {} s/step, {cached}",
+            cfg.docs, cfg.value_size, cfg.secs
+        )
+    };
     if let Err(e) = chart::write_chart(&svg_path, &title, rows, order) {
         eprintln!("warning: {e}");
     }
     let ib_title = format!(
-        "ib.l.i1 rows/s per tenth: {} rows of {} B, {} inserted, 3 indexes, {}",
-        cfg.ib_rows,
-        cfg.ib_row_size,
-        cfg.ib_inserts,
-        if cfg.mem_limit.is_some() {
-            format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
-        } else {
-            "cached".into()
-        }
+        "ib.l.i1 rows/s per tenth: {} rows of {} B, {} inserted, 3 indexes, {cached}",
+        cfg.ib_rows, cfg.ib_row_size, cfg.ib_inserts,
     );
     let ib_chart = match chart::write_tenths_chart(&ib_path, &ib_title, rows) {
         Ok(wrote) => wrote,
@@ -1317,6 +1371,43 @@ mod tests {
         // Without a step that has reader processes, or without the option, nothing to refuse.
         assert!(plan_runs(&cfg("--readers processes --steps pq.1").unwrap(), &[other]).is_ok());
         assert!(plan_runs(&cfg("--steps pq.n").unwrap(), &[other]).is_ok());
+    }
+
+    #[test]
+    fn each_step_family_runs_in_a_child_of_its_own() {
+        let cfg = Config::parse(
+            &"--steps rb.insb,pq.1,ib.l.i0,rb.load --rb-load 10 --rb-batches 2 --rb-batch 3 --rb-ins1 1 --rb-insa 1 --rb-sorted 1 --rb-key-size 20 --rb-value-size 40"
+                .split(' ')
+                .map(String::from)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let larch = &crate::larch::LarchFactory;
+        let children = child_configs(&cfg, larch, "first-fit/pwrite");
+        let got: Vec<(Family, Vec<&str>)> = children
+            .iter()
+            .map(|(c, f)| (*f, c.steps.iter().map(|s| s.name()).collect()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Family::ForestDb, vec!["pq.1"]),
+                (Family::Ib, vec!["ib.l.i0"]),
+                (Family::Rb, vec!["rb.load", "rb.insb"]),
+            ]
+        );
+        // The rb child's engine is told the rb keys (all of them, every rb step counted) and
+        // sizes; the others the documents.
+        let rb = engine_config(&children[2].0);
+        assert_eq!(
+            (rb.docs, rb.key_size, rb.value_size),
+            (10 + 1 + 6 + 1 + 1, 20, 40)
+        );
+        let fdb = engine_config(&children[0].0);
+        assert_eq!((fdb.docs, fdb.key_size), (cfg.docs, cfg.key_size));
+        // The limits run none of redb's shapes.
+        let only_rb = Config::parse(&["--steps".into(), "rb.ins1".into()]).unwrap();
+        assert!(steps_for(&only_rb, &Limits, limits::FDATASYNC).is_empty());
     }
 
     #[test]

@@ -30,6 +30,63 @@ pub enum Kind {
     IbQr,
     /// Insert benchmark: primary-key point reads beside a 100 rows/s writer (`ib.qp100`).
     IbQp,
+    /// redb's write shapes: `--rb-load` new random keys in one durable transaction
+    /// (`rb.load`).
+    RbLoad,
+    /// redb's write shapes: `--rb-ins1` new random keys, one durable commit each (`rb.ins1`).
+    RbIns1,
+    /// redb's write shapes: `--rb-batches` durable commits of `--rb-batch` new random keys
+    /// (`rb.insb`).
+    RbInsBatch,
+    /// redb's write shapes: `--rb-insa` new random keys, one non-durable commit each
+    /// (`rb.insa`).
+    RbInsAsync,
+    /// redb's write shapes: `--rb-sorted` ascending keys past every key in the table, in one
+    /// durable transaction through the engine's append path (`rb.sorted`).
+    RbSorted,
+}
+
+/// The child process (and database) a step runs in: each family has its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// The ForestDB pattern (load .. owa.n).
+    ForestDb,
+    /// The insert benchmark (`ib.*`).
+    Ib,
+    /// redb's write shapes (`rb.*`).
+    Rb,
+}
+
+impl Family {
+    /// Every family, in the order their children run.
+    pub const ALL: [Family; 3] = [Family::ForestDb, Family::Ib, Family::Rb];
+
+    /// The suffix of the family's database directory and rows file.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Family::ForestDb => "",
+            Family::Ib => "-ib",
+            Family::Rb => "-rb",
+        }
+    }
+
+    /// What the parent prints after the engine's label when the family's child starts.
+    pub fn title(self) -> &'static str {
+        match self {
+            Family::ForestDb => "",
+            Family::Ib => " (insert benchmark)",
+            Family::Rb => " (redb's write shapes)",
+        }
+    }
+
+    /// The family of a child that runs `steps` (the ForestDB pattern when they are mixed or
+    /// none: the runner gives each child the steps of one family).
+    pub fn of(steps: &[Step]) -> Family {
+        match steps.first() {
+            Some(s) if steps.iter().all(|t| t.family() == s.family()) => s.family(),
+            _ => Family::ForestDb,
+        }
+    }
 }
 
 /// The most writer threads `--ib-threads` may ask for (each count has its own step name).
@@ -47,8 +104,9 @@ pub struct Step {
 }
 
 /// Every step, in the order they run: the ForestDB pattern, then the insert benchmark
-/// (`ib.l.i1` once per writer count; `--ib-threads` picks which run).
-pub const ALL: [Step; 13 + 4 + MAX_IB_THREADS] = [
+/// (`ib.l.i1` once per writer count; `--ib-threads` picks which run), then redb's write
+/// shapes.
+pub const ALL: [Step; 13 + 4 + MAX_IB_THREADS + RB] = [
     Step::new(Kind::Load, false),
     Step::new(Kind::Ows, false),
     Step::new(Kind::Ows, true),
@@ -74,7 +132,15 @@ pub const ALL: [Step; 13 + 4 + MAX_IB_THREADS] = [
     Step::ib_insert(8),
     Step::new(Kind::IbQr, false),
     Step::new(Kind::IbQp, false),
+    Step::new(Kind::RbLoad, false),
+    Step::new(Kind::RbIns1, false),
+    Step::new(Kind::RbInsBatch, false),
+    Step::new(Kind::RbInsAsync, false),
+    Step::new(Kind::RbSorted, false),
 ];
+
+/// The number of redb write-shape steps (the last of [`ALL`]).
+pub const RB: usize = 5;
 
 /// The steps of the ForestDB pattern (the default of `--steps` before the insert benchmark).
 pub const FORESTDB: usize = 13;
@@ -102,7 +168,7 @@ impl Step {
     }
 
     /// `load`, `ows.1`, `ows.n`, ..., `ib.l.i0`, `ib.l.x`, `ib.l.i1` (1 writer),
-    /// `ib.l.i1.t2` (2 writers), ..., `ib.qr100`, `ib.qp100`.
+    /// `ib.l.i1.t2` (2 writers), ..., `ib.qr100`, `ib.qp100`, `rb.load`, ..., `rb.sorted`.
     pub fn name(self) -> &'static str {
         let names = [
             "load",
@@ -130,6 +196,11 @@ impl Step {
             "ib.l.i1.t8",
             "ib.qr100",
             "ib.qp100",
+            "rb.load",
+            "rb.ins1",
+            "rb.insb",
+            "rb.insa",
+            "rb.sorted",
         ];
         names[self.index()]
     }
@@ -140,6 +211,25 @@ impl Step {
             self.kind,
             Kind::IbLoad | Kind::IbIndex | Kind::IbInsert | Kind::IbQr | Kind::IbQp
         )
+    }
+
+    /// Whether the step is one of redb's write shapes (its own child and database).
+    pub fn is_rb(self) -> bool {
+        matches!(
+            self.kind,
+            Kind::RbLoad | Kind::RbIns1 | Kind::RbInsBatch | Kind::RbInsAsync | Kind::RbSorted
+        )
+    }
+
+    /// The child (and database) the step runs in.
+    pub fn family(self) -> Family {
+        if self.is_ib() {
+            Family::Ib
+        } else if self.is_rb() {
+            Family::Rb
+        } else {
+            Family::ForestDb
+        }
     }
 
     /// Position in [`ALL`] (also the step's part of every thread seed).
@@ -168,6 +258,12 @@ impl Step {
         match self.kind {
             Kind::Ows => Some(Durability::Sync),
             Kind::Load | Kind::Pqw | Kind::Rqw | Kind::Owa => Some(Durability::Async),
+            // redb's benchmark commits with its connection's default (durable) except the
+            // nosync phase.
+            Kind::RbLoad | Kind::RbIns1 | Kind::RbInsBatch | Kind::RbSorted => {
+                Some(Durability::Sync)
+            }
+            Kind::RbInsAsync => Some(Durability::Async),
             Kind::Pq | Kind::Rq => None,
             // `--ib-durability` (async by default) decides; the runner sets it.
             Kind::IbLoad | Kind::IbIndex | Kind::IbInsert | Kind::IbQr | Kind::IbQp => None,
@@ -259,7 +355,11 @@ mod tests {
         );
         assert_eq!(
             listed_names()[FORESTDB..].join(","),
-            "ib.l.i0,ib.l.x,ib.l.i1,ib.qr100,ib.qp100"
+            "ib.l.i0,ib.l.x,ib.l.i1,ib.qr100,ib.qp100,rb.load,rb.ins1,rb.insb,rb.insa,rb.sorted"
+        );
+        assert_eq!(
+            names[names.len() - RB..].join(","),
+            "rb.load,rb.ins1,rb.insb,rb.insa,rb.sorted"
         );
         for (i, s) in ALL.iter().enumerate() {
             assert_eq!(Step::from_name(s.name()), Some(*s));
@@ -307,6 +407,35 @@ mod tests {
             names,
             vec!["ib.l.i1", "ib.l.i1.t2", "ib.l.i1.t4", "ib.qp100"]
         );
-        assert_eq!(default_list(&[2]).len(), FORESTDB + 5);
+        assert_eq!(default_list(&[2]).len(), FORESTDB + 5 + RB);
+    }
+
+    #[test]
+    fn redb_shapes_are_a_family_of_their_own() {
+        let s = |n| Step::from_name(n).unwrap();
+        let rb: Vec<Step> = ALL.iter().copied().filter(|s| s.is_rb()).collect();
+        assert_eq!(rb.len(), RB);
+        for st in &rb {
+            assert_eq!(st.family(), Family::Rb);
+            assert!(!st.is_ib() && !st.reads() && !st.limited_writer());
+            assert_eq!(st.threads(4), 1);
+        }
+        assert_eq!(s("rb.load").durability(), Some(Durability::Sync));
+        assert_eq!(s("rb.ins1").durability(), Some(Durability::Sync));
+        assert_eq!(s("rb.insb").durability(), Some(Durability::Sync));
+        assert_eq!(s("rb.insa").durability(), Some(Durability::Async));
+        assert_eq!(s("rb.sorted").durability(), Some(Durability::Sync));
+        assert_eq!(s("owa.1").family(), Family::ForestDb);
+        assert_eq!(s("ib.l.x").family(), Family::Ib);
+        // Selected on their own, in run order, beside the other families.
+        let steps = parse_list("rb.sorted,pq.1,rb.load,ib.l.i0").unwrap();
+        let names: Vec<&str> = steps.iter().map(|s| s.name()).collect();
+        assert_eq!(names, vec!["pq.1", "ib.l.i0", "rb.load", "rb.sorted"]);
+        assert_eq!(Family::of(&steps[2..]), Family::Rb);
+        assert_eq!(Family::of(&steps[1..2]), Family::Ib);
+        assert_eq!(Family::of(&steps), Family::ForestDb);
+        assert_eq!(Family::of(&[]), Family::ForestDb);
+        let suffixes: Vec<&str> = Family::ALL.iter().map(|f| f.suffix()).collect();
+        assert_eq!(suffixes, vec!["", "-ib", "-rb"]);
     }
 }

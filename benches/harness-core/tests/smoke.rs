@@ -21,6 +21,18 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
             "7",
             "--larch-setups",
             "first-fit/pwrite,null/mmap",
+            "--rb-load",
+            "3000",
+            "--rb-ins1",
+            "5",
+            "--rb-batches",
+            "3",
+            "--rb-batch",
+            "100",
+            "--rb-insa",
+            "50",
+            "--rb-sorted",
+            "500",
             "--out",
         ])
         .arg(out.path())
@@ -38,8 +50,24 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
     );
     assert!(stdout.contains("limit fdatasync-4k"), "{stdout}");
     for step in [
-        "load", "ows.1", "ows.n", "pqw.n", "rqw.1", "pq.n", "rq.1", "owa.n", "ib.l.i0", "ib.l.x",
-        "ib.l.i1", "ib.qr100", "ib.qp100",
+        "load",
+        "ows.1",
+        "ows.n",
+        "pqw.n",
+        "rqw.1",
+        "pq.n",
+        "rq.1",
+        "owa.n",
+        "ib.l.i0",
+        "ib.l.x",
+        "ib.l.i1",
+        "ib.qr100",
+        "ib.qp100",
+        "rb.load",
+        "rb.ins1",
+        "rb.insb",
+        "rb.insa",
+        "rb.sorted",
     ] {
         assert!(
             stdout.lines().any(|l| l.starts_with(step)),
@@ -61,14 +89,14 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
     }
     assert!(json.contains("\"seed\": \"7\""));
 
-    // results.csv: 2 setups x (13 + 5 insert benchmark) steps, fdatasync before and after
-    // (ows.1) and the BTreeMap (4 read steps).
+    // results.csv: 2 setups x (13 + 5 insert benchmark + 5 redb shapes) steps, fdatasync
+    // before and after (ows.1) and the BTreeMap (4 read steps).
     let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 2 * (13 + 5) + 2 + 4, "{csv}");
+    assert_eq!(rows.len(), 2 * (13 + 5 + 5) + 2 + 4, "{csv}");
     for r in &rows {
         assert_eq!(r[col("error")], "", "a step failed: {r:?}");
         let ops: f64 = r[col("ops")].parse().unwrap();
@@ -108,6 +136,21 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
     assert_eq!(tenths.len(), 10);
     assert!(tenths.iter().all(|x| *x > 0.0), "{tenths:?}");
     assert!(!ib("ib.qr100")[col("writer_ops")].is_empty());
+
+    // redb's write shapes: the keys of each step, in their own database (rb.load's file
+    // holds only its 3,000 keys, not the ForestDB documents).
+    for (step, keys) in [
+        ("rb.load", "3000"),
+        ("rb.ins1", "5"),
+        ("rb.insb", "300"),
+        ("rb.insa", "50"),
+        ("rb.sorted", "500"),
+    ] {
+        assert_eq!(ib(step)[col("ops_total")], keys, "{step}");
+    }
+    let s_amp: f64 = ib("rb.load")[col("space_amp")].parse().unwrap();
+    assert!(s_amp > 0.5 && s_amp < 20.0, "{s_amp}");
+    assert!(stdout.contains("rb.*: ops = keys/s"), "{stdout}");
     assert!(stdout.contains("ib.l.i1 rows/s per tenth"), "{stdout}");
     assert!(out.path().join("ib-tenths.svg").is_file());
 

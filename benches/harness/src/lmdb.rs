@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use heed::types::Bytes;
-use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, FlagSetMode};
+use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, FlagSetMode, PutFlags};
 use larch_bench_core::engine::Result;
 use larch_bench_core::ib::{self, TABLES};
 use larch_bench_core::{
@@ -38,6 +38,7 @@ impl EngineFactory for LmdbFactory {
             v("sync_all", "mdb_env_sync(force) (heed Env::force_sync)".into()),
             v("reads", "one read transaction (read_txn, thread-local reader slot) per get or scan; values are slices into the map".into()),
             v("writes", "one write transaction per batch (LMDB serializes writers on its mutex)".into()),
+            v("sorted_writes", "rb.sorted: put_with_flags(PutFlags::APPEND) (MDB_APPEND: no search, the key must be greater than the last), as redb's benchmark".into()),
             v("database", "the unnamed database, Bytes keys and values".into()),
             v("insert_benchmark", "named databases rows, ix1, ix2, ix3 in the same environment, written in one write transaction per commit; the oldest row is Database::first then delete on rows plus a delete of each index entry; ib.l.x reads 1,000 rows a transaction with range and puts their entries; a range query is range on an index then get of each row in one read transaction".into()),
         ]
@@ -221,6 +222,15 @@ impl Writer for LmdbWriter<'_> {
         let mut w = self.e.env.write_txn()?;
         for (k, v) in pairs {
             self.e.db.put(&mut w, k, v)?;
+        }
+        w.commit()?;
+        Ok(())
+    }
+
+    fn write_sorted(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut w = self.e.env.write_txn()?;
+        for (k, v) in pairs {
+            self.e.db.put_with_flags(&mut w, PutFlags::APPEND, k, v)?;
         }
         w.commit()?;
         Ok(())

@@ -55,6 +55,7 @@ impl EngineFactory for RedbFactory {
             v("sync_all", "an empty write transaction committed with Durability::Immediate".into()),
             v("reads", "one read transaction (begin_read + open_table) per get or scan".into()),
             v("writes", "one write transaction per batch (begin_write waits for the writer)".into()),
+            v("sorted_writes", "rb.sorted: Table::upper_bound_mut(Unbounded) then CursorMut::insert_before per pair and close (redb's appending cursor: buffers the pairs and splices packed leaves), as redb's benchmark".into()),
             v("table", "TableDefinition<&[u8], &[u8]> \"bench\"".into()),
             v("insert_benchmark", "tables rows, ix1, ix2, ix3 (&[u8] -> &[u8]) opened side by side in one write transaction per commit; the oldest row is Table::pop_first on rows plus a remove of each index entry; ib.l.x reads 1,000 rows a transaction with range and inserts their entries; a range query is range on an index then get of each row in one read transaction".into()),
         ]
@@ -257,6 +258,21 @@ impl Writer for RedbWriter<'_> {
             for (k, v) in pairs {
                 t.insert(*k, *v)?;
             }
+        }
+        w.commit()?;
+        Ok(())
+    }
+
+    fn write_sorted(&mut self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut w = self.e.db.begin_write()?;
+        w.set_durability(self.e.durability())?;
+        {
+            let mut t = w.open_table(TABLE)?;
+            let mut c = t.upper_bound_mut(std::ops::Bound::<&[u8]>::Unbounded)?;
+            for (k, v) in pairs {
+                c.insert_before(*k, *v)?;
+            }
+            c.close()?;
         }
         w.commit()?;
         Ok(())
