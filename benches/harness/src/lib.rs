@@ -36,6 +36,16 @@ pub fn engines() -> Vec<&'static dyn EngineFactory> {
     ]
 }
 
+/// A size for `describe`: whole MiB as "64 MiB", else KiB as "480 KiB".
+#[cfg(feature = "rocksdb")]
+pub(crate) fn size(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
 /// Bytes of address space for a map that must hold the data set many times over.
 pub(crate) fn map_bytes(logical: u64) -> usize {
     let want = (logical.saturating_mul(8)).max(64 << 30);
