@@ -3,8 +3,10 @@
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use fjall::compaction::Leveled;
+use fjall::config::PinningPolicy;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use larch_bench_core::engine::Result;
 use larch_bench_core::ib::{self, TABLES};
@@ -27,6 +29,53 @@ fn memtable_bytes(cfg: &EngineConfig) -> u64 {
     }
 }
 
+/// The memtable of each of the insert benchmark's keyspaces (rows, ix1, ix2, ix3). Cached: a
+/// quarter of the one keyspace's, so the four together hold what the one does. Under a memory
+/// limit: a 64th of it (at least 256 KiB). fjall's memtables take more than their size: a
+/// write that fills one only asks the worker pool to rotate it, and the request waits in the
+/// pool's one queue behind flushes and compactions, so while both workers (min(cores, 4)) are
+/// busy the active memtable grows past its size; then each keyspace may queue 4 sealed ones
+/// before writes halt. Measured, rows inserted as in ib.l.i0 with 480 KiB memtables and the
+/// options below: 8-33 MiB of write buffer (`write_buffer_size`) at its peak. fjall has no
+/// setting that bounds it (`max_write_buffer_size` is hidden, deprecated and unread in 3.1; 4
+/// workers kept the write buffer smaller, but their compactions took more memory back and
+/// were killed at 30 MiB 3 runs of 3), so the memtables are made small.
+fn ib_memtable_bytes(cfg: &EngineConfig) -> u64 {
+    match cfg.mem_limit {
+        None => (memtable_bytes(cfg) / 4).max(1 << 20),
+        Some(limit) => (limit / 64).clamp(256 << 10, MEMTABLE / 4),
+    }
+}
+
+/// The table size leveled compaction aims for: fjall's default (64 MiB), or an eighth of a
+/// memory limit (at least 4 MiB). Leveled compaction sizes L1 at 4 tables, so at 64 MiB every
+/// L0 -> L1 compaction of a database of ~100 MB rewrites the whole keyspace; with small tables
+/// compactions are short, hold fewer tables' filter hashes (8 bytes a key) and indexes, and
+/// leave a worker free sooner to rotate a full memtable (above). Measured at 30 MiB (one
+/// malloc arena): fjall's default table size was killed in ib.l.x 2 runs of 2, 16 MiB was not.
+fn table_target_bytes(cfg: &EngineConfig) -> u64 {
+    match cfg.mem_limit {
+        None => 64 << 20,
+        Some(limit) => (limit / 8).clamp(4 << 20, 64 << 20),
+    }
+}
+
+/// Keyspace options: the memtable, and under a memory limit the table size above and no
+/// pinned index or filter blocks (by default fjall pins L0's filters and L0's and L1's
+/// indexes outside the block cache; unpinned, they are read through the cache, whose size
+/// bounds them, as RocksDB's cache_index_and_filter_blocks).
+fn keyspace_options(cfg: &EngineConfig, memtable: u64) -> KeyspaceCreateOptions {
+    let o = KeyspaceCreateOptions::default().max_memtable_size(memtable);
+    if cfg.mem_limit.is_none() {
+        return o;
+    }
+    o.filter_block_pinning_policy(PinningPolicy::disabled())
+        .index_block_pinning_policy(PinningPolicy::disabled())
+        .compaction_strategy(Arc::new(
+            Leveled::default().with_table_target_size(table_target_bytes(cfg)),
+        ))
+}
+
 /// Makes fjall engines.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FjallFactory;
@@ -42,14 +91,15 @@ impl EngineFactory for FjallFactory {
 
     fn describe(&self, _setup: &str, cfg: &EngineConfig) -> Vec<(String, String)> {
         let v = |k: &str, v: String| (k.to_string(), v);
+        let limited = cfg.mem_limit.is_some();
         vec![
-            v("crate", "fjall 3 (lsm-tree 3), default compression (LZ4) and compaction (leveled)".into()),
+            v("crate", "fjall 3 (lsm-tree 3), default compression (LZ4)".into()),
             v(
                 "cache_size",
                 format!(
                     "{} MiB ({})",
                     cfg.own_cache_bytes(CACHE) >> 20,
-                    if cfg.mem_limit.is_some() {
+                    if limited {
                         "a quarter of the memory limit, fjall's advice"
                     } else {
                         "the data set fits; fjall's default is 32 MiB"
@@ -60,38 +110,63 @@ impl EngineFactory for FjallFactory {
             v(
                 "max_memtable_size",
                 format!(
-                    "{} MiB ({})",
-                    memtable_bytes(cfg) >> 20,
-                    if cfg.mem_limit.is_some() {
+                    "{} ({})",
+                    crate::size(memtable_bytes(cfg)),
+                    if limited {
                         "an eighth of the memory limit"
                     } else {
                         "fjall's default"
                     }
                 ),
             ),
+            v(
+                "compaction",
+                if limited {
+                    format!("leveled, table target size {} (an eighth of the memory limit, fjall's default 64 MiB: L1 is 4 tables, so smaller tables make shorter L0 -> L1 compactions that hold less and free a worker sooner to rotate a full memtable)", crate::size(table_target_bytes(cfg)))
+                } else {
+                    "leveled, fjall's defaults (table target size 64 MiB)".into()
+                },
+            ),
+            v(
+                "pinning",
+                if limited {
+                    "none: index and filter blocks are read through the block cache, which bounds them (fjall pins L0's filters and L0's and L1's indexes outside the cache by default)"
+                } else {
+                    "fjall's default: L0's filter blocks and L0's and L1's index blocks pinned"
+                }
+                .into(),
+            ),
+            v(
+                "malloc",
+                if limited {
+                    "mallopt(M_ARENA_MAX, 1) before open: one glibc malloc arena for every thread (per-thread arenas held 6-15 MB above the heap in use, more than the limit leaves)"
+                } else {
+                    "glibc's default (an arena per thread, up to 8 per core)"
+                }
+                .into(),
+            ),
             v("sync", "WriteBatch with durability(Some(PersistMode::SyncData)): the journal is fdatasync'ed before commit returns".into()),
             v("async", "WriteBatch without durability: the journal is written to the OS (fjall's default), no sync".into()),
             v("sync_all", "Database::persist(PersistMode::SyncData)".into()),
             v("reads", "Keyspace::get / Keyspace::range(start..).take(20) (each reads the newest state; no explicit snapshot)".into()),
             v("writes", "one WriteBatch per batch; concurrent batches serialize on the journal".into()),
-            v("insert_benchmark", format!("keyspaces rows, ix1, ix2, ix3, each with a memtable of {} MiB (a quarter of the one keyspace's above); a commit is one WriteBatch of the rows, their index entries, and the removal of the oldest rows and their entries; the oldest rows are read with Keyspace::range from the smallest id not yet deleted, which the adapter remembers (as an iibench client does: an LSM scan from the start of the key space would step over every tombstone not yet compacted away), under a mutex held through the commit (fjall's plain Database has no transactions, so two writers must not pick the same oldest rows); ib.l.x reads 1,000 rows at a time and writes their entries in one batch; queries read through Database::snapshot (range on an index then get of each row)", (memtable_bytes(cfg) / 4).max(1 << 20) >> 20)),
+            v("insert_benchmark", format!("keyspaces rows, ix1, ix2, ix3, each with the options above and a memtable of {} ({}); a commit is one WriteBatch of the rows, their index entries, and the removal of the oldest rows and their entries; the oldest rows are read with Keyspace::range from the smallest id not yet deleted, which the adapter remembers (as an iibench client does: an LSM scan from the start of the key space would step over every tombstone not yet compacted away), under a mutex held through the commit (fjall's plain Database has no transactions, so two writers must not pick the same oldest rows); ib.l.x reads 1,000 rows at a time and writes their entries in one batch; queries read through Database::snapshot (range on an index then get of each row)", crate::size(ib_memtable_bytes(cfg)), if limited { "a 64th of the memory limit: a full memtable is rotated only when a worker takes the request, behind flushes and compactions, and each keyspace may queue 4 sealed ones, so the write buffer grows to many times this (8-33 MiB measured with 480 KiB memtables)" } else { "a quarter of the one keyspace's above, so the four hold what the one does" })),
         ]
     }
 
     fn open(&self, dir: &Path, _setup: &str, cfg: &EngineConfig) -> Result<Box<dyn Engine>> {
+        if cfg.mem_limit.is_some() {
+            crate::one_malloc_arena();
+        }
         let db = Database::builder(dir)
             .cache_size(cfg.own_cache_bytes(CACHE))
             .open()?;
         let memtable = memtable_bytes(cfg);
-        let ks = db.keyspace("bench", || {
-            KeyspaceCreateOptions::default().max_memtable_size(memtable)
-        })?;
-        let ib_memtable = (memtable / 4).max(1 << 20);
+        let ks = db.keyspace("bench", || keyspace_options(cfg, memtable))?;
+        let ib_memtable = ib_memtable_bytes(cfg);
         let mut ib = Vec::new();
         for name in TABLES {
-            ib.push(db.keyspace(name, || {
-                KeyspaceCreateOptions::default().max_memtable_size(ib_memtable)
-            })?);
+            ib.push(db.keyspace(name, || keyspace_options(cfg, ib_memtable))?);
         }
         let ib: [Keyspace; 4] = ib.try_into().map_err(|_| "four ib keyspaces")?;
         Ok(Box::new(Fjall {
