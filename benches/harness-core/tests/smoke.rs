@@ -6,11 +6,42 @@ use std::process::Command;
 
 use larch_bench_core::report::{row_keys, ROW_FIELDS};
 
+/// Run `larch-workload ARGS --out OUT`, require success; its stdout and stderr.
+fn run_workload(args: &[&str], out: &std::path::Path) -> (String, String) {
+    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    (stdout, stderr)
+}
+
+/// results.csv of a run in `out`: the whole text, to split with [`table`].
+fn results_csv(out: &std::path::Path) -> String {
+    std::fs::read_to_string(out.join("results.csv")).unwrap()
+}
+
+/// `csv` as its header and rows of fields.
+fn table(csv: &str) -> (Vec<&str>, Vec<Vec<&str>>) {
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap().split(',').collect();
+    (header, lines.map(|l| l.split(',').collect()).collect())
+}
+
+/// The index of column `name` in `header`.
+fn col(header: &[&str], name: &str) -> usize {
+    header.iter().position(|h| *h == name).unwrap()
+}
+
 #[test]
 fn the_harness_runs_every_step_of_larch_end_to_end() {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
-        .args([
+    let (stdout, _) = run_workload(
+        &[
             "--docs",
             "3000",
             "--secs",
@@ -33,14 +64,9 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
             "50",
             "--rb-sorted",
             "500",
-            "--out",
-        ])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+        ],
+        out.path(),
+    );
 
     // The table: engines as columns, steps as rows, then the per-step tables.
     let header = stdout.lines().find(|l| l.starts_with("ops/s")).unwrap();
@@ -91,11 +117,9 @@ fn the_harness_runs_every_step_of_larch_end_to_end() {
 
     // results.csv: 2 setups x (13 + 5 insert benchmark + 5 redb shapes) steps, fdatasync
     // before and after (ows.1) and the BTreeMap (4 read steps).
-    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let csv = results_csv(out.path());
+    let (header, rows) = table(&csv);
+    let col = |name: &str| col(&header, name);
     assert_eq!(rows.len(), 2 * (13 + 5 + 5) + 2 + 4, "{csv}");
     for r in &rows {
         assert_eq!(r[col("error")], "", "a step failed: {r:?}");
@@ -187,8 +211,8 @@ fn bad_options_are_usage_errors() {
 fn a_load_advice_setup_reads_the_loaded_file_after_reopening_it() {
     let out = tempfile::tempdir().unwrap();
     let setup = "append-run/pwrite:load-advice=random:advice=sequential";
-    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
-        .args([
+    let (_, stderr) = run_workload(
+        &[
             "--docs",
             "2000",
             "--secs",
@@ -200,25 +224,18 @@ fn a_load_advice_setup_reads_the_loaded_file_after_reopening_it() {
             "load,pq.1,ows.1",
             "--larch-setups",
             setup,
-            "--out",
-        ])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+        ],
+        out.path(),
+    );
     assert!(
         stderr.contains("(reopened after load as append-run/pwrite:advice=sequential)"),
         "{stderr}"
     );
     // pq.1 fails on the first key it does not find, so its rows prove the reopened file
     // holds the whole load.
-    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let csv = results_csv(out.path());
+    let (header, rows) = table(&csv);
+    let col = |name: &str| col(&header, name);
     assert_eq!(rows.len(), 3, "{csv}");
     for r in &rows {
         assert_eq!(r[col("setup")], setup);
@@ -235,8 +252,8 @@ fn a_load_advice_setup_reads_the_loaded_file_after_reopening_it() {
 #[test]
 fn reader_processes_read_the_engines_file_from_other_processes() {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_larch-workload"))
-        .args([
+    let (stdout, _) = run_workload(
+        &[
             "--docs",
             "2000",
             "--secs",
@@ -250,14 +267,9 @@ fn reader_processes_read_the_engines_file_from_other_processes() {
             "ows.1,pq.n,rq.n,owa.1",
             "--readers",
             "both",
-            "--out",
-        ])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+        ],
+        out.path(),
+    );
     // The tables say which mode each read step ran in: threads, then processes.
     for label in ["pq.n ", "pq.n/procs ", "rq.n ", "rq.n/procs "] {
         assert!(
@@ -267,11 +279,9 @@ fn reader_processes_read_the_engines_file_from_other_processes() {
     }
     // pq.n fails on the first key it does not find: the reader processes saw the whole file,
     // after the writer's commits; the writer committed again after they detached.
-    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let csv = results_csv(out.path());
+    let (header, rows) = table(&csv);
+    let col = |name: &str| col(&header, name);
     let got: Vec<String> = rows
         .iter()
         .map(|r| format!("{}:{}", r[col("step")], r[col("reader_processes")]))
