@@ -261,7 +261,8 @@ pub fn usage(program: &str) -> String {
                        null,first-fit,best-fit,append-run; modes pwrite,mmap; optional
                        :advice=normal|random|sequential, :load-advice=A (advice while loading;
                        reopened with advice after), :ct=FRACTION|off (compaction threshold),
-                       :page=BYTES, :group=on|off, e.g. first-fit/pwrite:ct=0.25
+                       :page=BYTES, :group=on|off, :unsynced=BYTES|off (max_unsynced_bytes),
+                       e.g. first-fit/pwrite:ct=0.25
   --seed S             run seed (default: a fresh one, printed)
   --dir PATH           where database files go (default OUT/db, removed afterwards)
   --out DIR            results (default <target>/workload/<timestamp>, and <target>/workload/latest)

@@ -1,7 +1,8 @@
 //! larch as a measured engine. A setup is `POLICY/WRITEMODE`, optionally followed by
 //! `:advice=normal|random|sequential`, `:load-advice=normal|random|sequential` (the advice
 //! while loading; the database is reopened with `advice` for the other steps),
-//! `:ct=FRACTION|off` (compaction threshold), `:page=BYTES` and `:group=on|off` (group commit).
+//! `:ct=FRACTION|off` (compaction threshold), `:page=BYTES`, `:group=on|off` (group commit) and
+//! `:unsynced=BYTES|off` (`Options::max_unsynced_bytes`).
 
 use std::ops::Bound;
 use std::path::Path;
@@ -38,6 +39,9 @@ pub struct Setup {
     pub page_size: usize,
     /// Group commit (`Options::group_commit`).
     pub group_commit: bool,
+    /// `Options::max_unsynced_bytes`: None keeps the engine's default (automatic), Some(None)
+    /// turns the bound off, Some(Some(b)) sets it to b bytes.
+    pub max_unsynced: Option<Option<u64>>,
 }
 
 fn advice_from_name(s: &str) -> Option<Advice> {
@@ -75,6 +79,7 @@ impl Setup {
             compaction_threshold: None,
             page_size: defaults.get_page_size(),
             group_commit: true,
+            max_unsynced: None,
         };
         for part in parts {
             let (k, v) = part
@@ -111,6 +116,15 @@ impl Setup {
                         _ => return Err(format!("setup {s:?}: group is on or off")),
                     }
                 }
+                "unsynced" => {
+                    setup.max_unsynced = Some(if v == "off" {
+                        None
+                    } else {
+                        Some(v.parse().map_err(|_| {
+                            format!("setup {s:?}: unsynced={v} is not a byte count or off")
+                        })?)
+                    })
+                }
                 "page" => {
                     setup.page_size = v
                         .parse()
@@ -124,8 +138,12 @@ impl Setup {
 
     /// The options the setup opens the database with (for the load, `load_advice` if set).
     pub fn options(&self) -> Options {
-        Options::default()
-            .policy(self.policy)
+        let o = Options::default();
+        let o = match self.max_unsynced {
+            Some(b) => o.max_unsynced_bytes(b),
+            None => o,
+        };
+        o.policy(self.policy)
             .write_mode(self.write_mode)
             .advice(self.load_advice.unwrap_or(self.advice))
             .page_size(self.page_size)
@@ -199,6 +217,14 @@ impl EngineFactory for LarchFactory {
                     "off: every Sync commit syncs before releasing the writer lock"
                 }
                 .into(),
+            ),
+            v(
+                "max_unsynced_bytes",
+                match s.max_unsynced {
+                    None => "automatic (the default): half the live data, 4..64 MiB".to_string(),
+                    Some(None) => "off: Async commits never force a durable point".to_string(),
+                    Some(Some(b)) => format!("{b} bytes"),
+                },
             ),
             v("verify_checksums", "false (the default)".into()),
             v(
@@ -521,6 +547,17 @@ mod tests {
         assert_eq!(s.load_advice, None);
         assert!(s.group_commit);
         assert!(!Setup::parse("null/pwrite:group=off").unwrap().group_commit);
+        assert_eq!(s.max_unsynced, None);
+        assert_eq!(
+            Setup::parse("null/pwrite:unsynced=off").unwrap().max_unsynced,
+            Some(None)
+        );
+        assert_eq!(
+            Setup::parse("null/pwrite:unsynced=1048576")
+                .unwrap()
+                .max_unsynced,
+            Some(Some(1 << 20))
+        );
         let s = Setup::parse("append-run/pwrite:advice=normal:load-advice=random").unwrap();
         assert_eq!(
             (s.advice, s.load_advice),
@@ -540,6 +577,7 @@ mod tests {
             "null/pwrite:advice",
             "null/pwrite:load-advice=often",
             "null/pwrite:group=maybe",
+            "null/pwrite:unsynced=lots",
         ] {
             assert!(Setup::parse(bad).is_err(), "{bad}");
         }
