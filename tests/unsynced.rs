@@ -148,3 +148,73 @@ fn async_commits_become_durable_once_the_waiting_pages_reach_the_limit() {
     assert_eq!(syncs, 0, "Async commits without the option do not sync");
     assert!(durable < txid);
 }
+
+#[test]
+fn a_forced_durable_point_costs_two_fdatasyncs_and_keeps_the_meta_slot_parity() {
+    // Commits of 8 keys with a limit a few commits' replaced pages reach: durable points come
+    // every few commits, each on a commit whose meta slot is not the last durable meta's (a
+    // commit that would take it leaves the point to the next one, so no point needs a third
+    // sync to keep a fallback). A NoMetaSync commit syncs its data anyway, which makes the
+    // meta before it durable: that is the slot a point must not take.
+    for durability in [Durability::Async, Durability::NoMetaSync] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options::default()
+            .durability(durability)
+            .max_unsynced_bytes(Some(64 << 10));
+        let db = Db::open(dir.path().join("p.larch"), opts).unwrap();
+        let mut tx = db.begin_write().unwrap();
+        tx.set_durability(Durability::Sync);
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..KEYS {
+                t.insert(&i.to_be_bytes(), &[0; VALUE]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let per_commit = u64::from(durability == Durability::NoMetaSync);
+        let mut points = 0u64;
+        let mut rng = larch_testkit::Rng(7);
+        for round in 0..600u32 {
+            let durable_before = db.stats().unwrap().durable_txid;
+            let before = db.io_stats().syncs;
+            let tx = db.begin_write().unwrap();
+            let txid = tx.txid();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for _ in 0..8 {
+                    let k = rng.below(u64::from(KEYS)) as u32;
+                    t.insert(&k.to_be_bytes(), &[round as u8; VALUE]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            let syncs = db.io_stats().syncs - before;
+            if db.stats().unwrap().durable_txid == txid {
+                // The meta that stays the fallback: the last durable one, or for NoMetaSync
+                // the one before this commit, which this commit's data sync makes durable.
+                let fallback = if per_commit == 1 {
+                    txid - 1
+                } else {
+                    durable_before
+                };
+                assert_ne!(
+                    txid % 2,
+                    fallback % 2,
+                    "{durability:?}: commit {txid} took the slot of durable commit {fallback}"
+                );
+                // One when the manifest lists every page since the last durable commit,
+                // else the data, then the meta.
+                assert!(
+                    (1..=2).contains(&syncs),
+                    "{durability:?}: commit {txid}, a durable point, took {syncs} fdatasyncs"
+                );
+                points += 1;
+            } else {
+                assert_eq!(syncs, per_commit, "{durability:?}: commit {txid}");
+            }
+        }
+        assert!(
+            points >= 20,
+            "{durability:?}: only {points} durable points in 600 commits"
+        );
+    }
+}

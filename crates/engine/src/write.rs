@@ -406,7 +406,10 @@ impl Txn {
 
     /// Do the pages that wait for a durable commit (freed by commits after the durable one,
     /// this one included) reach `Options::max_unsynced_bytes`? Then this commit is made
-    /// durable, so the next transactions can reuse them.
+    /// durable, so the next transactions can reuse them. A commit whose meta would take the
+    /// durable meta's slot leaves it to the next one: made durable, it would first have to
+    /// make the commit before it durable in the other slot, a third fdatasync
+    /// (durability.rs, `write_meta_keeping_fallback`).
     fn unsynced_over_limit(&mut self) -> bool {
         let ps = self.limits.page_size as u64;
         let live = self
@@ -416,7 +419,15 @@ impl Txn {
         let Some(limit) = self.db.opts.max_unsynced.limit(live) else {
             return false;
         };
-        let durable = self.db.durability.lock().durable;
+        let (durable, synced_first) = {
+            let st = self.db.durability.lock();
+            // A NoMetaSync meta not yet synced is durable after the data sync that starts
+            // this commit's durable point: that is the slot to keep.
+            (st.durable, st.meta_unsynced.unwrap_or(0).max(st.durable))
+        };
+        if self.txid % 2 == synced_first % 2 {
+            return false;
+        }
         let pending = &mut self.writer.free.pending;
         let waiting = pending.len() - pending.freed_up_to(durable);
         waiting.saturating_mul(ps) >= limit
