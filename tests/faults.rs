@@ -306,7 +306,7 @@ fn short_write_then_enospc_fails_the_commit_and_keeps_the_previous_state() {
 #[test]
 fn enospc_growing_the_file_fails_the_commit_and_keeps_the_previous_state() {
     let _serial = no_fork();
-    for mode in [WriteMode::Pwrite, WriteMode::Mmap] {
+    for mode in WriteMode::ALL {
         let n = sweep(Call::SetLen, libc::ENOSPC, false, Durability::Sync, mode);
         assert!(n >= 1, "{mode:?}: growing the file never failed");
     }

@@ -1130,3 +1130,15 @@ model_test!(
     WriteMode::Mmap,
     16384
 );
+model_test!(
+    first_fit_hybrid_4k_matches_model,
+    Policy::FirstFit,
+    WriteMode::Hybrid,
+    4096
+);
+model_test!(
+    null_hybrid_16k_matches_model,
+    Policy::Null,
+    WriteMode::Hybrid,
+    16384
+);

@@ -258,7 +258,7 @@ pub fn usage(program: &str) -> String {
                        with --features rocksdb (default: all built in)
   --steps LIST         comma-separated, of {}
   --larch-setups LIST  policy/write-mode pairs (default {default_setup}, the engine's); policies
-                       null,first-fit,best-fit,append-run; modes pwrite,mmap; optional
+                       null,first-fit,best-fit,append-run; modes pwrite,mmap,hybrid; optional
                        :advice=normal|random|sequential, :load-advice=A (advice while loading;
                        reopened with advice after), :ct=FRACTION|off (compaction threshold),
                        :page=BYTES, :group=on|off, :unsynced=BYTES|off (max_unsynced_bytes),

@@ -549,7 +549,9 @@ mod tests {
         assert!(!Setup::parse("null/pwrite:group=off").unwrap().group_commit);
         assert_eq!(s.max_unsynced, None);
         assert_eq!(
-            Setup::parse("null/pwrite:unsynced=off").unwrap().max_unsynced,
+            Setup::parse("null/pwrite:unsynced=off")
+                .unwrap()
+                .max_unsynced,
             Some(None)
         );
         assert_eq!(

@@ -214,7 +214,13 @@ impl Options {
         self
     }
     /// How a commit's pages reach the file: `Pwrite` (the default: pwritev from private
-    /// buffers) or `Mmap` (stores through a writable map, msync of the ranges written).
+    /// buffers), `Mmap` (stores through a writable map, msync of the ranges written) or
+    /// `Hybrid` (an Async commit's pages through the writable map, everything else by pwrite,
+    /// fdatasync). The map modes store into pages the page cache may first have to read from
+    /// the disk, and a file system that needs new blocks to overwrite (copy-on-write ones,
+    /// such as btrfs) can fail such a store on a full disk with SIGBUS: `posix_fallocate`
+    /// covers the growth of the file, not that. docs/performance.md, "Write modes", has the
+    /// measurements behind the default.
     ///
     /// ```
     /// use larch_engine::{Advice, Durability, Options, Policy, WriteMode};

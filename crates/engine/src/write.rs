@@ -538,6 +538,17 @@ impl Txn {
         // Encode into a bounded buffer and write each contiguous run of pages as it fills,
         // so a commit's memory does not grow by a second copy of every page it touched.
         let chunk = (WRITE_CHUNK_BYTES / ps).max(1);
+        // Pages of a commit that nobody waits to sync go by the storage's deferred path
+        // (through the map, in WriteMode::Hybrid).
+        let deferred = self.durability == Durability::Async;
+        let pager = &self.db.pager;
+        let write = |first: PageId, buf: &[u8]| {
+            if deferred {
+                pager.write_pages_deferred(first, &[buf])
+            } else {
+                pager.write_pages(first, &[buf])
+            }
+        };
         let trees = &self.trees;
         let mut buf = Vec::with_capacity(chunk.min(order.len()) * ps);
         let mut manifest: Vec<ManifestRun> = Vec::with_capacity(order.len());
@@ -549,7 +560,7 @@ impl Txn {
                 runs += 1;
             }
             if at > first && (!joins || at - first == chunk) {
-                self.db.pager.write_pages(pages[first], &[&buf])?;
+                write(pages[first], &buf)?;
                 buf.clear();
                 first = at;
             }
@@ -564,7 +575,7 @@ impl Txn {
             });
         }
         if !buf.is_empty() {
-            self.db.pager.write_pages(pages[first], &[&buf])?;
+            write(pages[first], &buf)?;
             runs += 1;
         }
         let mut overflow_runs = 0;

@@ -418,6 +418,16 @@ impl Pager {
             .map_err(|e| PagerError::io("write pages", &self.path, e))
     }
 
+    /// As [`Pager::write_pages`], for pages no sync is waited for soon (an Async commit's):
+    /// `WriteMode::Hybrid` stores them through the writable map ([`Storage::write_deferred`]).
+    pub fn write_pages_deferred(&self, first: PageId, bufs: &[&[u8]]) -> Result<()> {
+        self.check_writable()?;
+        self.count_write(bufs);
+        self.storage
+            .write_deferred(first * self.page_size as u64, bufs)
+            .map_err(|e| PagerError::io("write pages", &self.path, e))
+    }
+
     /// Write `meta` into its slot (txid % 2). Not durable until [`Pager::sync`].
     pub fn write_meta(&self, meta: &Meta) -> Result<()> {
         self.write_meta_with_manifest(meta, &[])

@@ -24,11 +24,16 @@ pub enum WriteMode {
     /// since the last sync (the kernel writes back only their dirty pages). The map is
     /// advised MADV_RANDOM so a 4 KiB store does not dirty a large folio.
     Mmap,
+    /// Writes no sync waits for (an Async commit's pages) go through the writable map as in
+    /// `Mmap`, with no system call; everything else (a Sync commit's pages, every meta) by
+    /// pwrite as in `Pwrite`; fdatasync makes both durable (the map and pwrite share the page
+    /// cache).
+    Hybrid,
 }
 
 impl WriteMode {
     /// Every mode.
-    pub const ALL: [WriteMode; 2] = [WriteMode::Pwrite, WriteMode::Mmap];
+    pub const ALL: [WriteMode; 3] = [WriteMode::Pwrite, WriteMode::Mmap, WriteMode::Hybrid];
 
     /// Inverse of [`WriteMode::name`].
     pub fn from_name(s: &str) -> Option<Self> {
@@ -40,6 +45,7 @@ impl WriteMode {
         match self {
             WriteMode::Pwrite => "pwrite",
             WriteMode::Mmap => "mmap",
+            WriteMode::Hybrid => "hybrid",
         }
     }
 }
@@ -55,6 +61,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Write `bufs` back to back starting at `offset`: all of it, or an error.
     fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()>;
+    /// As [`Storage::write_at`], for a write that no caller waits to make durable soon (an
+    /// Async commit's pages): the implementation may take a path that is cheaper to write and
+    /// dearer to sync. Durable, as every write, after the next [`Storage::sync`].
+    fn write_deferred(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.write_at(offset, bufs)
+    }
     /// Make every write completed so far durable (fdatasync or msync).
     fn sync(&self) -> io::Result<()>;
     /// The file, for mapping it read-only.
@@ -66,7 +78,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
 pub struct FileStorage {
     file: File,
     mode: WriteMode,
-    /// Writable map and the ranges written through it since the last sync (Mmap mode only).
+    /// Writable map (Mmap and Hybrid modes) and the ranges written through it since the last
+    /// sync (Mmap mode only).
     mapped: Mutex<MappedWrites>,
 }
 
@@ -157,14 +170,14 @@ impl FileStorage {
     }
 
     /// Grow the file from `cur` to `len` bytes where the file system has no fallocate.
-    /// Pwrite mode extends it sparsely: a later pwrite into the hole reports ENOSPC. Mmap mode
-    /// must not leave holes (a store through the map into one on a full disk raises SIGBUS),
-    /// so it writes zeros over the new range: the blocks are allocated now and a full disk is
-    /// an error from the growth, which then shrinks the file back to `cur`.
+    /// Pwrite mode extends it sparsely: a later pwrite into the hole reports ENOSPC. Mmap and
+    /// Hybrid modes must not leave holes (a store through the map into one on a full disk
+    /// raises SIGBUS), so they write zeros over the new range: the blocks are allocated now
+    /// and a full disk is an error from the growth, which then shrinks the file back to `cur`.
     fn grow_without_fallocate(&self, cur: u64, len: u64) -> io::Result<()> {
         match self.mode {
             WriteMode::Pwrite => self.file.set_len(len),
-            WriteMode::Mmap => {
+            WriteMode::Mmap | WriteMode::Hybrid => {
                 let zeros = vec![0u8; (len - cur).min(1 << 20) as usize];
                 let mut off = cur;
                 while off < len {
@@ -202,8 +215,23 @@ impl FileStorage {
         if let Some(map) = m.map.as_ref() {
             map.copy_in(offset, bufs)?;
         }
-        m.dirty.push((offset, total));
+        if self.mode == WriteMode::Mmap {
+            // Hybrid syncs with fdatasync, which needs no ranges.
+            m.dirty.push((offset, total));
+        }
         Ok(())
+    }
+
+    /// A write through the map, refused past the end of the file.
+    fn checked_map_write(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let len = self.len()?;
+        let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        if offset + total > len {
+            // A store past EOF through a map raises SIGBUS; the engine grows the file
+            // first, so this is a bug guard, not a path.
+            return Err(io::Error::other("mapped write past the end of the file"));
+        }
+        self.map_write(offset, bufs)
     }
 }
 
@@ -237,17 +265,15 @@ impl Storage for FileStorage {
 
     fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         match self.mode {
+            WriteMode::Pwrite | WriteMode::Hybrid => self.pwritev_all(offset, bufs),
+            WriteMode::Mmap => self.checked_map_write(offset, bufs),
+        }
+    }
+
+    fn write_deferred(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        match self.mode {
             WriteMode::Pwrite => self.pwritev_all(offset, bufs),
-            WriteMode::Mmap => {
-                let len = self.len()?;
-                let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-                if offset + total > len {
-                    // A store past EOF through a map raises SIGBUS; the engine grows the file
-                    // first, so this is a bug guard, not a path.
-                    return Err(io::Error::other("mapped write past the end of the file"));
-                }
-                self.map_write(offset, bufs)
-            }
+            WriteMode::Mmap | WriteMode::Hybrid => self.checked_map_write(offset, bufs),
         }
     }
 
