@@ -450,7 +450,11 @@ mod prefetch_tests {
     fn page(leaf: bool, count: u16, off: u16) -> Vec<u8> {
         let mut b = vec![0u8; 4096];
         PageHeader {
-            page_type: if leaf { PageType::Leaf } else { PageType::Branch },
+            page_type: if leaf {
+                PageType::Leaf
+            } else {
+                PageType::Branch
+            },
             role: PageRole::Data,
             count,
             txid: 1,
@@ -467,7 +471,13 @@ mod prefetch_tests {
     fn prefetching_a_page_with_cells_out_of_it_does_not_panic() {
         // Slot offsets past the page (u16::MAX) and at its last byte: hints only, so the
         // search that follows reports the damage, not the prefetch.
-        for (leaf, count) in [(true, 3), (true, 200), (false, 1), (false, 300), (true, 2040)] {
+        for (leaf, count) in [
+            (true, 3),
+            (true, 200),
+            (false, 1),
+            (false, 300),
+            (true, 2040),
+        ] {
             for off in [u16::MAX, 4095] {
                 let b = page(leaf, count, off);
                 let p = NodePage::parse(9, &b, PageRole::Data).unwrap();
