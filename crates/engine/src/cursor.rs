@@ -5,7 +5,7 @@ use std::ops::Bound;
 use larch_pager::{PageRole, TreeRoot};
 
 use crate::error::{Error, Result};
-use crate::node_page::{NodePage, ValRef};
+use crate::node_page::{NodePage, ValRef, PREFETCHED_LEVELS};
 use crate::view::{View, MAX_DEPTH};
 
 /// A position in a tree: the path of (page, index) from the root to a leaf entry.
@@ -58,8 +58,13 @@ impl<'a> Cursor<'a> {
             return Ok(false);
         }
         let mut id = root.root;
+        let by_key = matches!(seek, Seek::Ge(..) | Seek::Le(..));
         loop {
             let p = self.visit(view, id, role)?;
+            let level = root.depth.saturating_sub(self.stack.len() as u32);
+            if by_key && level <= PREFETCHED_LEVELS {
+                p.prefetch_search();
+            }
             if p.leaf {
                 let forward = matches!(seek, Seek::First | Seek::Ge(..));
                 let idx: isize = match seek {
@@ -136,6 +141,8 @@ impl<'a> Cursor<'a> {
                     loop {
                         let p = self.visit(view, id, role)?;
                         if p.leaf {
+                            // The scan goes on through this leaf's entries, in order.
+                            p.prefetch_scan(true);
                             let empty = p.count == 0;
                             self.stack.push((p, 0));
                             if empty {
@@ -174,6 +181,7 @@ impl<'a> Cursor<'a> {
                     loop {
                         let p = self.visit(view, id, role)?;
                         if p.leaf {
+                            p.prefetch_scan(false);
                             let n = p.count;
                             // Index one past the end so the outer loop steps to n - 1.
                             self.stack.push((p, n));

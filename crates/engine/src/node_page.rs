@@ -20,6 +20,7 @@
 //! ```
 //! Overflow run: header (count = 0), value length u64, the value; the crc covers the run.
 
+use larch_pager::map::prefetch;
 use larch_pager::{PageHeader, PageRole, PageType, PAGE_HEADER_SIZE};
 
 use crate::error::{Error, Result};
@@ -41,6 +42,17 @@ pub const LEAF_FLAGS: usize = 2;
 pub const LEAF_VLEN: usize = 4;
 /// Offset of the child page id (u64) in a branch cell.
 pub const BRANCH_CHILD: usize = 2;
+
+/// Bytes of a cache line (the unit `NodePage::prefetch_search` asks for).
+const LINE: usize = 64;
+/// The levels, counted up from the leaves (1), whose pages a search prefetches
+/// (`NodePage::prefetch_search`): each level up holds about 1/200 of the pages below it, so
+/// the pages above the leaves' parents are few, stay in the caches, and would only pay the
+/// instructions.
+pub const PREFETCHED_LEVELS: u32 = 2;
+/// Leaves of at most this many entries have every cell prefetched before a search (a search
+/// of 16 reads 4 or 5 of them); a range scan stepping into a leaf prefetches this many.
+const SMALL_LEAF: usize = 16;
 
 /// Size limits that follow from the page size.
 #[derive(Clone, Copy, Debug)]
@@ -294,6 +306,76 @@ impl<'a> NodePage<'a> {
         u64_at(self.bytes, off + BRANCH_CHILD).ok_or_else(|| self.bad(i))
     }
 
+    /// Start loading the cache lines a search of this page will read, so that their misses
+    /// overlap instead of coming one per probe: the lines of the slot array, then the cells
+    /// of every entry of a small leaf, or of the first three probes of the binary search
+    /// (`search`'s and `child_index`'s, whichever way they go: 7 cells, 3 of them read).
+    /// Hints only: nothing here fails, and a page already in the caches costs about a
+    /// hundred instructions more.
+    #[inline]
+    pub fn prefetch_search(&self) {
+        let b = self.bytes;
+        let slots_end = PAGE_HEADER_SIZE + self.count * SLOT;
+        // Line 0 (the header) is loaded: parse read it.
+        for line in (LINE..slots_end).step_by(LINE) {
+            prefetch(b, line);
+        }
+        if self.leaf && self.count <= SMALL_LEAF {
+            return self.prefetch_cells(0..self.count);
+        }
+        let (lo, hi) = (usize::from(!self.leaf), self.count);
+        let m = (lo + hi) / 2;
+        let (l, r) = ((lo + m) / 2, (m + 1 + hi) / 2);
+        for i in [
+            m,
+            l,
+            r,
+            (lo + l) / 2,
+            (l + 1 + m) / 2,
+            (m + 1 + r) / 2,
+            (r + 1 + hi) / 2,
+        ] {
+            self.prefetch_cell(i);
+        }
+    }
+
+    /// Start loading the first line of cells `range` (their lengths and their keys' first
+    /// bytes): of a small leaf a search will probe, or of the entries a range scan reads next
+    /// when it steps into a leaf (`SMALL_LEAF` of them, `prefetch_scan`).
+    #[inline]
+    pub fn prefetch_cells(&self, range: std::ops::Range<usize>) {
+        for i in range {
+            self.prefetch_cell(i);
+        }
+    }
+
+    /// `prefetch_cells` of the first (`forward`) or last `SMALL_LEAF` entries of a leaf a
+    /// range scan steps into.
+    #[inline]
+    pub fn prefetch_scan(&self, forward: bool) {
+        let n = self.count.min(SMALL_LEAF);
+        if forward {
+            self.prefetch_cells(0..n);
+        } else {
+            self.prefetch_cells(self.count - n..self.count);
+        }
+    }
+
+    /// Start loading the line(s) of cell `i` that a compare reads: the key length and the
+    /// key's first eight bytes, which decide almost every compare.
+    #[inline(always)]
+    fn prefetch_cell(&self, i: usize) {
+        let Some(slot) = self.bytes.get(PAGE_HEADER_SIZE + i * SLOT..) else {
+            return;
+        };
+        if let Some(&s) = slot.first_chunk::<SLOT>() {
+            let off = u16::from_le_bytes(s) as usize;
+            let key = if self.leaf { LEAF_CELL } else { BRANCH_CELL };
+            prefetch(self.bytes, off);
+            prefetch(self.bytes, off + key + 7);
+        }
+    }
+
     /// Leaf: position of `key`, or where it would be inserted.
     #[inline]
     pub fn search(&self, key: &[u8]) -> Result<std::result::Result<usize, usize>> {
@@ -355,6 +437,55 @@ mod key_order_tests {
         for a in keys {
             for b in keys {
                 assert_eq!(compare_keys(a, b), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod prefetch_tests {
+    use super::*;
+
+    /// A page of `leaf`-ness with `count` slots all pointing at `off`.
+    fn page(leaf: bool, count: u16, off: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 4096];
+        PageHeader {
+            page_type: if leaf {
+                PageType::Leaf
+            } else {
+                PageType::Branch
+            },
+            role: PageRole::Data,
+            count,
+            txid: 1,
+        }
+        .write(&mut b);
+        for i in 0..count as usize {
+            let at = PAGE_HEADER_SIZE + i * SLOT;
+            b[at..at + SLOT].copy_from_slice(&off.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn prefetching_a_page_with_cells_out_of_it_does_not_panic() {
+        // Slot offsets past the page (u16::MAX) and at its last byte: hints only, so the
+        // search that follows reports the damage, not the prefetch.
+        for (leaf, count) in [
+            (true, 3),
+            (true, 200),
+            (false, 1),
+            (false, 300),
+            (true, 2040),
+        ] {
+            for off in [u16::MAX, 4095] {
+                let b = page(leaf, count, off);
+                let p = NodePage::parse(9, &b, PageRole::Data).unwrap();
+                p.prefetch_search();
+                p.prefetch_scan(true);
+                p.prefetch_scan(false);
+                p.prefetch_cells(0..p.count + 5);
+                assert!(p.search(b"k").is_err() || p.count == 0);
             }
         }
     }

@@ -4,7 +4,7 @@
 use larch_pager::{Map, Meta, PageHeader, PageRole, PageType, TreeRoot};
 
 use crate::error::{Error, Result};
-use crate::node_page::{NodePage, ValRef, OVERFLOW_HEADER};
+use crate::node_page::{NodePage, ValRef, OVERFLOW_HEADER, PREFETCHED_LEVELS};
 use crate::PageId;
 
 /// Deepest tree accepted; deeper means a corrupt root record.
@@ -117,6 +117,9 @@ impl<'a> View<'a> {
         let mut id = root.root;
         for level in (1..=root.depth).rev() {
             let p = self.node(id, role)?;
+            if level <= PREFETCHED_LEVELS {
+                p.prefetch_search();
+            }
             if p.leaf != (level == 1) {
                 return Err(Error::corrupt(
                     id,

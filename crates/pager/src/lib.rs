@@ -8,7 +8,7 @@
 //! meta pages. The on-disk format is drawn in `docs/format.md`.
 //!
 //! All of larch's `unsafe` lives in this crate: the mapping in [`map`] (every block says why
-//! the slice it makes cannot outlive its mapping or alias a write), three system calls in
+//! the slice it makes cannot outlive its mapping or alias a write; and the prefetch hint), three system calls in
 //! `storage.rs` (pwritev, posix_fallocate, lseek), and the lock file's shared mapping and
 //! fcntl byte locks in [`lockfile`] (issue 15: several processes on one file). The map calls
 //! mmap through libc rather than memmap2: it reserves address space far past the end of the
