@@ -218,8 +218,8 @@ impl Options {
     /// `Hybrid` (an Async commit's pages through the writable map, everything else by pwrite,
     /// fdatasync). The map modes store into pages the page cache may first have to read from
     /// the disk, and a file system that needs new blocks to overwrite (copy-on-write ones,
-    /// such as btrfs) can fail such a store on a full disk with SIGBUS: `posix_fallocate`
-    /// covers the growth of the file, not that. docs/performance.md, "Write modes", has the
+    /// such as btrfs) can fail such a store on a full disk with SIGBUS, as a read error on
+    /// that first read does: `posix_fallocate` covers the growth of the file, not that. docs/performance.md, "Write modes", has the
     /// measurements behind the default.
     ///
     /// ```

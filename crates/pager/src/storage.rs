@@ -25,9 +25,11 @@ pub enum WriteMode {
     /// advised MADV_RANDOM so a 4 KiB store does not dirty a large folio.
     Mmap,
     /// Writes no sync waits for (an Async commit's pages) go through the writable map as in
-    /// `Mmap`, with no system call; everything else (a Sync commit's pages, every meta) by
+    /// `Mmap` (a copy and one fstat per run, the guard against a store past the end of the
+    /// file, instead of a pwrite); everything else (a Sync commit's pages, every meta) by
     /// pwrite as in `Pwrite`; fdatasync makes both durable (the map and pwrite share the page
-    /// cache).
+    /// cache). A store into a page that is not cached reads it first: a read error there, or
+    /// a full copy-on-write file system, raises SIGBUS.
     Hybrid,
 }
 
@@ -278,24 +280,27 @@ impl Storage for FileStorage {
     }
 
     fn sync(&self) -> io::Result<()> {
+        if self.mode != WriteMode::Mmap {
+            // fdatasync writes back what pwrite and the map (Hybrid) dirtied alike; without
+            // the map's lock, so a writer's stores do not wait behind the flush.
+            return self.file.sync_data();
+        }
         let mut m = self.mapped.lock();
-        if self.mode == WriteMode::Mmap {
-            // One msync over the span of every range written since the last sync: the kernel
-            // writes back only the dirty pages in it, and one call is one flush, where a call
-            // per range would cost a flush (an fdatasync, on Linux) each.
-            let dirty = std::mem::take(&mut m.dirty);
-            let start = dirty.iter().map(|&(o, _)| o).min();
-            let end = dirty.iter().map(|&(o, l)| o + l).max();
-            if let (Some(map), Some(start), Some(end)) = (m.map.as_ref(), start, end) {
-                if let Err(e) = map.sync_range(start, end - start) {
-                    // Keep the ranges so a caller that ignores poisoning still has them.
-                    m.dirty = dirty;
-                    return Err(e);
-                }
+        // One msync over the span of every range written since the last sync: the kernel
+        // writes back only the dirty pages in it, and one call is one flush, where a call per
+        // range would cost a flush (an fdatasync, on Linux) each.
+        let dirty = std::mem::take(&mut m.dirty);
+        let start = dirty.iter().map(|&(o, _)| o).min();
+        let end = dirty.iter().map(|&(o, l)| o + l).max();
+        if let (Some(map), Some(start), Some(end)) = (m.map.as_ref(), start, end) {
+            if let Err(e) = map.sync_range(start, end - start) {
+                // Keep the ranges so a caller that ignores poisoning still has them.
+                m.dirty = dirty;
+                return Err(e);
             }
-            if !m.resized {
-                return Ok(());
-            }
+        }
+        if !m.resized {
+            return Ok(());
         }
         self.file.sync_data()?;
         m.resized = false;
