@@ -218,3 +218,84 @@ fn a_forced_durable_point_costs_two_fdatasyncs_and_keeps_the_meta_slot_parity() 
         );
     }
 }
+
+/// A forced durable point is deferred by at most one commit, whatever the mix of
+/// Async, NoMetaSync, Sync commits, aborts (txid reuse) and Db::sync. Counts the Async
+/// commits in a row that end not durable although the pages waiting already reached the
+/// limit before they began; deferring forever would make the streak grow without bound.
+#[test]
+fn forced_durable_points_are_not_deferred_by_any_mix_of_commits() {
+    const LIMIT: u64 = 64 << 10;
+    let mut worst = 0;
+    for seed in 1..=6u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options::default()
+            .durability(Durability::Async)
+            .max_unsynced_bytes(Some(LIMIT));
+        let db = Db::open(dir.path().join("p.larch"), opts).unwrap();
+        let mut tx = db.begin_write().unwrap();
+        tx.set_durability(Durability::Sync);
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..3000u32 {
+                t.insert(&i.to_be_bytes(), &[0; 200]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let mut rng = larch_testkit::Rng(seed * 7919);
+        // Async commits in a row that began over the limit and did not become durable.
+        let mut streak = 0u32;
+        let mut over = false;
+        for round in 0..1500u32 {
+            let op = rng.below(100);
+            if op < 5 {
+                db.sync().unwrap();
+                over = false;
+                streak = 0;
+                continue;
+            }
+            let mut tx = db.begin_write().unwrap();
+            let d = match op {
+                5..=14 => Some(Durability::NoMetaSync),
+                15..=19 => Some(Durability::Sync),
+                _ => None,
+            };
+            if let Some(d) = d {
+                tx.set_durability(d);
+            }
+            let txid = tx.txid();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for _ in 0..rng.below(30) + 1 {
+                    let k = rng.below(3000) as u32;
+                    let len = if rng.below(10) == 0 { 3000 } else { 200 };
+                    t.insert(&k.to_be_bytes(), &vec![round as u8; len]).unwrap();
+                }
+            }
+            if rng.below(10) == 0 {
+                tx.abort();
+                continue;
+            }
+            tx.commit().unwrap();
+            let s = db.stats().unwrap();
+            if d.is_some() {
+                over = false;
+                streak = 0;
+                continue;
+            }
+            if s.durable_txid == txid {
+                streak = 0;
+            } else if over {
+                streak += 1;
+                worst = worst.max(streak);
+                assert!(
+                    streak <= 3,
+                    "seed {seed}: {streak} Async commits in a row (to {txid}) began over the limit and none became durable (durable {})",
+                    s.durable_txid
+                );
+            }
+            over = s.durable_txid != txid && s.pending_pages * 4096 >= LIMIT;
+        }
+    }
+    eprintln!("longest run of deferred points: {worst} commits");
+}
