@@ -317,7 +317,7 @@ impl OpenFile {
         };
         let ps = self.pager.page_size() as u64;
         let want = hwm * ps;
-        let step = (want / 8).clamp(256 << 10, 256 << 20);
+        let step = larch_pager::growth_step(want);
         if self.pager.file_len() > want + 2 * step {
             let _ = self.pager.truncate((want + step).div_ceil(ps));
         }

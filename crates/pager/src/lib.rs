@@ -42,8 +42,8 @@ pub use page::{
     stored_checksum, PageHeader, PageRole, PageType, PAGE_HEADER_SIZE,
 };
 pub use pager::{
-    probe_database, resolve_path, set_min_map_reservation, sync_dir, FileLock, IoCounters,
-    OpenedMetas, Pager, PagerOptions,
+    growth_step, probe_database, resolve_path, set_min_map_reservation, sync_dir, FileLock,
+    IoCounters, OpenedMetas, Pager, PagerOptions,
 };
 pub use storage::{FileStorage, Storage, WriteMode};
 

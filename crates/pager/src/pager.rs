@@ -325,7 +325,7 @@ impl Pager {
         if need <= cur {
             return Ok(());
         }
-        let step = (cur / 8).clamp(256 << 10, 256 << 20);
+        let step = growth_step(cur);
         let ps = self.page_size as u64;
         let target = need.max(cur + step).min(MAX_FILE_BYTES).div_ceil(ps) * ps;
         if let Err(e) = self.storage.set_len(target) {
@@ -527,6 +527,13 @@ pub fn probe_database(path: &Path) -> Result<Meta> {
 
 /// The least address space a read map reserves (1 GiB).
 static MIN_RESERVATION: AtomicU64 = AtomicU64::new(1 << 30);
+
+/// How far ahead of what it needs a file of `bytes` grows (`Pager::ensure_pages`), and the
+/// slack a trim leaves: 1/8 of the file, 256 KiB to 64 MiB. Few growths, and a large file does
+/// not carry hundreds of MB of allocated zeros (1/8 of a 1.6 GB file is 200 MB).
+pub fn growth_step(bytes: u64) -> u64 {
+    (bytes / 8).clamp(256 << 10, 64 << 20)
+}
 
 /// Make read maps made from now on reserve at least `bytes` (at least one page) instead of
 /// 1 GiB, so that tests reach the remap on growth (a new map once the file outgrows the
