@@ -71,6 +71,9 @@ pub(crate) struct Batch {
     broken: bool,
     /// First page -> the object written there.
     objects: BTreeMap<PageId, Object>,
+    /// How many manifest runs `objects` make (`runs().len()`), kept as objects come and go so
+    /// that a commit does not rebuild the manifest to learn whether it still fits.
+    run_count: usize,
     /// What the last recorded commit changed, to list the objects as of the commit before
     /// it: entries it removed, and keys it added.
     last_removed: Vec<(PageId, Object)>,
@@ -92,6 +95,7 @@ impl Batch {
     pub(crate) fn reset(&mut self) {
         self.broken = false;
         self.objects.clear();
+        self.run_count = 0;
         self.last_removed.clear();
         self.last_added.clear();
     }
@@ -116,6 +120,13 @@ impl Batch {
         for &(p, n) in freed {
             self.remove_overlapping(p, n);
         }
+        // Each object still to come can lower the count by at most its pages plus two (it
+        // replaces the listed objects it overlaps, at most one per page and one that starts
+        // before it, each worth at most one run, and joins at most two runs into one):
+        // once the count is past what they could bring back under `capacity`, the manifest
+        // will not fit and listing the rest is wasted work.
+        let lowers = |r: &ManifestRun| r.pages as usize + 2;
+        let mut can_lower: usize = wrote.iter().map(lowers).sum();
         for r in wrote {
             // Node pages arrive one object each (write.rs), each with its own checksum.
             debug_assert!(r.overflow || r.pages == 1);
@@ -128,16 +139,46 @@ impl Batch {
                     checksum: r.checksum,
                 },
             );
+            can_lower -= lowers(r);
+            if self.run_count > capacity.saturating_add(can_lower) {
+                self.break_off();
+                return;
+            }
         }
-        if self.runs().len() > capacity {
-            self.break_off();
-        }
+        debug_assert_eq!(self.run_count, self.runs().len());
+    }
+
+    /// Does the object at `a` continue into the one at `b` in one manifest run (`runs_of`)?
+    fn joins(a: (PageId, &Object), b: (PageId, &Object)) -> bool {
+        !a.1.overflow && !b.1.overflow && a.1.txid == b.1.txid && a.0 + a.1.pages as u64 == b.0
+    }
+
+    /// The runs the object at `p` adds to the list by being in it (1, 0 or -1: it starts a
+    /// run, extends one, or joins two), given the objects around it. (The objects before and
+    /// after it never join each other: it lies between them.)
+    fn runs_added_by(&self, p: PageId, o: &Object) -> isize {
+        let prev = self.objects.range(..p).next_back().map(|(&q, v)| (q, v));
+        let next = self.objects.range(p + 1..).next().map(|(&q, v)| (q, v));
+        let linked = |a: Option<(PageId, &Object)>, b: Option<(PageId, &Object)>| {
+            matches!((a, b), (Some(a), Some(b)) if Self::joins(a, b)) as isize
+        };
+        let me = Some((p, o));
+        1 - linked(prev, me) - linked(me, next)
     }
 
     fn insert(&mut self, p: PageId, o: Object) {
         self.remove_overlapping(p, o.pages as u64);
+        let added = self.runs_added_by(p, &o);
+        self.run_count = self.run_count.saturating_add_signed(added);
         self.objects.insert(p, o);
         self.last_added.push(p);
+    }
+
+    fn remove(&mut self, q: PageId) -> Option<Object> {
+        let v = self.objects.remove(&q)?;
+        let added = self.runs_added_by(q, &v);
+        self.run_count = self.run_count.saturating_add_signed(-added);
+        Some(v)
     }
 
     fn remove_overlapping(&mut self, p: PageId, n: u64) {
@@ -149,7 +190,7 @@ impl Batch {
             }
         }
         for q in gone {
-            if let Some(v) = self.objects.remove(&q) {
+            if let Some(v) = self.remove(q) {
                 self.last_removed.push((q, v));
             }
         }
@@ -163,6 +204,7 @@ impl Batch {
             .filter_map(|p| self.objects.get(p).map(|&v| (*p, v)))
             .collect();
         self.objects = last;
+        self.run_count = self.runs().len();
         self.last_added.clear();
         self.last_removed.clear();
     }
@@ -530,6 +572,48 @@ mod tests {
         );
         b.keep_last();
         assert_eq!(b.runs().len(), 1);
+    }
+
+    #[test]
+    fn the_run_count_kept_as_objects_come_and_go_is_the_manifest_length() {
+        // Random commits over a small range of pages: node pages of one or two txids side by
+        // side, overflow runs, frees and rewrites, so runs start, grow, split and merge.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..200 {
+            let mut b = Batch::default();
+            for txid in 2..40 {
+                let mut wrote = Vec::new();
+                let mut used = std::collections::BTreeSet::new();
+                for _ in 0..next(6) + 1 {
+                    let p = next(60) + 2;
+                    if next(5) == 0 {
+                        let n = next(3) as u32 + 1;
+                        if (p..p + n as u64).all(|q| used.insert(q)) {
+                            wrote.push(overflow(p, n, txid, txid as u32));
+                        }
+                    } else if used.insert(p) {
+                        wrote.push(node(p, txid, p as u32));
+                    }
+                }
+                let freed: Vec<(PageId, u64)> =
+                    (0..next(3)).map(|_| (next(60) + 2, next(2) + 1)).collect();
+                b.record(&freed, &wrote, 1000);
+                assert!(!b.broken);
+                assert_eq!(b.run_count, b.runs().len(), "round {round}, commit {txid}");
+            }
+            b.keep_last();
+            assert_eq!(
+                b.run_count,
+                b.runs().len(),
+                "round {round}, after keep_last"
+            );
+        }
     }
 
     #[test]
