@@ -7,6 +7,22 @@ use larch::{Db, Durability, Options, Policy};
 const KEYS: u32 = 2_000;
 const VALUE: usize = 200;
 
+/// A database at `path` opened with `opts`, holding keys `0..keys` (values of `VALUE` zero
+/// bytes) in tree "t", loaded by one Sync commit.
+fn open_loaded(path: &std::path::Path, opts: Options, keys: u32) -> Db {
+    let db = Db::open(path, opts).unwrap();
+    let mut tx = db.begin_write().unwrap();
+    tx.set_durability(Durability::Sync);
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..keys {
+            t.insert(&i.to_be_bytes(), &[0; VALUE]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    db
+}
+
 /// Load the keys durably, then overwrite every key `rounds - 1` times in commits of 100 keys
 /// with the options' durability; a reader opened at round
 /// `reader.0` is held until round `reader.1`. Returns (file bytes at the end, file bytes a
@@ -112,16 +128,7 @@ fn async_commits_become_durable_once_the_waiting_pages_reach_the_limit() {
         let opts = Options::default()
             .durability(Durability::Async)
             .max_unsynced_bytes(limit);
-        let db = Db::open(dir.path().join(name), opts).unwrap();
-        let mut tx = db.begin_write().unwrap();
-        tx.set_durability(Durability::Sync);
-        {
-            let mut t = tx.open_tree("t").unwrap();
-            for i in 0..KEYS {
-                t.insert(&i.to_be_bytes(), &[0; VALUE]).unwrap();
-            }
-        }
-        tx.commit().unwrap();
+        let db = open_loaded(&dir.path().join(name), opts, KEYS);
         let before = db.io_stats();
         for round in 1..=10u8 {
             let tx = db.begin_write().unwrap();
@@ -161,16 +168,7 @@ fn a_forced_durable_point_costs_two_fdatasyncs_and_keeps_the_meta_slot_parity() 
         let opts = Options::default()
             .durability(durability)
             .max_unsynced_bytes(Some(64 << 10));
-        let db = Db::open(dir.path().join("p.larch"), opts).unwrap();
-        let mut tx = db.begin_write().unwrap();
-        tx.set_durability(Durability::Sync);
-        {
-            let mut t = tx.open_tree("t").unwrap();
-            for i in 0..KEYS {
-                t.insert(&i.to_be_bytes(), &[0; VALUE]).unwrap();
-            }
-        }
-        tx.commit().unwrap();
+        let db = open_loaded(&dir.path().join("p.larch"), opts, KEYS);
         let per_commit = u64::from(durability == Durability::NoMetaSync);
         let mut points = 0u64;
         let mut rng = larch_testkit::Rng(7);
@@ -232,16 +230,7 @@ fn forced_durable_points_are_not_deferred_by_any_mix_of_commits() {
         let opts = Options::default()
             .durability(Durability::Async)
             .max_unsynced_bytes(Some(LIMIT));
-        let db = Db::open(dir.path().join("p.larch"), opts).unwrap();
-        let mut tx = db.begin_write().unwrap();
-        tx.set_durability(Durability::Sync);
-        {
-            let mut t = tx.open_tree("t").unwrap();
-            for i in 0..3000u32 {
-                t.insert(&i.to_be_bytes(), &[0; 200]).unwrap();
-            }
-        }
-        tx.commit().unwrap();
+        let db = open_loaded(&dir.path().join("p.larch"), opts, 3000);
         let mut rng = larch_testkit::Rng(seed * 7919);
         // Async commits in a row that began over the limit and did not become durable.
         let mut streak = 0u32;

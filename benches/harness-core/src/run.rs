@@ -501,6 +501,39 @@ fn ib_logical_bytes(cfg: &Config, step: Step) -> u64 {
     cfg.ib_rows * (per_row + index)
 }
 
+/// The load's writes: documents 1..=`docs` (their keys from `keys`, cut to `klen` bytes, and
+/// values picked from `values` with `rng`), `batch` a commit through `w`; `committed` gets
+/// each commit's time. The load step, and the examples and benches that build the same file.
+#[allow(clippy::too_many_arguments)]
+pub fn write_documents(
+    w: &mut dyn Writer,
+    keys: &KeyGen,
+    klen: usize,
+    values: &Values,
+    rng: &mut Rng,
+    docs: u64,
+    batch: usize,
+    mut committed: impl FnMut(Duration),
+) -> Result<()> {
+    let mut bufs = vec![[0u8; MAX_KEY]; batch];
+    let mut next = 1u64;
+    while next <= docs {
+        let n = (docs - next + 1).min(batch as u64) as usize;
+        for (j, b) in bufs.iter_mut().enumerate().take(n) {
+            keys.key(next + j as u64, b);
+        }
+        let pairs: Vec<(&[u8], &[u8])> = bufs[..n]
+            .iter()
+            .map(|b| (&b[..klen], values.pick(rng)))
+            .collect();
+        let s = Instant::now();
+        w.write(&pairs)?;
+        committed(s.elapsed());
+        next += n as u64;
+    }
+    Ok(())
+}
+
 /// load: every document, `--batch` per commit, async; then one sync, counted. Latency is
 /// per commit (and the final sync is one more sample).
 fn run_load(ctx: &Ctx<'_>) -> Result<Outcome> {
@@ -513,24 +546,18 @@ fn run_load(ctx: &Ctx<'_>) -> Result<Outcome> {
         Step::new(Kind::Load, false).index(),
         0,
     ));
-    let mut bufs = vec![[0u8; MAX_KEY]; batch];
     let mut w = ctx.engine.writer()?;
     let t0 = Instant::now();
-    let mut next = 1u64;
-    while next <= docs {
-        let n = (docs - next + 1).min(batch as u64) as usize;
-        for (j, b) in bufs.iter_mut().enumerate().take(n) {
-            ctx.keys.key(next + j as u64, b);
-        }
-        let pairs: Vec<(&[u8], &[u8])> = bufs[..n]
-            .iter()
-            .map(|b| (&b[..klen], ctx.values.pick(&mut rng)))
-            .collect();
-        let s = Instant::now();
-        w.write(&pairs)?;
-        hist.saturating_record(nanos(s.elapsed()));
-        next += n as u64;
-    }
+    write_documents(
+        &mut *w,
+        &ctx.keys,
+        klen,
+        ctx.values,
+        &mut rng,
+        docs,
+        batch,
+        |t| hist.saturating_record(nanos(t)),
+    )?;
     drop(w);
     let s = Instant::now();
     ctx.engine.sync()?;

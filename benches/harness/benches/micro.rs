@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use larch_bench_core::keys::{KeyGen, Rng, Values, MAX_KEY};
+use larch_bench_core::run::write_documents;
 use larch_bench_core::{Durability, Engine, EngineConfig, EngineFactory};
 
 const DOCS: u64 = 20_000;
@@ -44,20 +45,7 @@ fn loaded(f: &dyn EngineFactory) -> (tempfile::TempDir, Box<dyn Engine>) {
     let mut rng = Rng::new(1);
     {
         let mut w = e.writer().expect("writer");
-        let mut bufs = vec![[0u8; MAX_KEY]; BATCH];
-        let mut next = 1;
-        while next <= DOCS {
-            let n = (DOCS - next + 1).min(BATCH as u64) as usize;
-            for (j, b) in bufs.iter_mut().enumerate().take(n) {
-                keys.key(next + j as u64, b);
-            }
-            let pairs: Vec<(&[u8], &[u8])> = bufs[..n]
-                .iter()
-                .map(|b| (&b[..KEY], values.pick(&mut rng)))
-                .collect();
-            w.write(&pairs).expect("load");
-            next += n as u64;
-        }
+        write_documents(&mut *w, &keys, KEY, &values, &mut rng, DOCS, BATCH, |_| {}).expect("load");
     }
     e.sync().expect("sync");
     (dir, e)

@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use larch_bench::LarchFactory;
 use larch_bench_core::keys::MAX_KEY;
+use larch_bench_core::run::write_documents;
 use larch_bench_core::{Durability, EngineConfig, EngineFactory, KeyGen, Rng, Values};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -94,20 +95,16 @@ fn load(engine: &str, dir: &Path, docs: u64) -> Result<(), Error> {
     let mut rng = Rng::new(7);
     db.set_durability(Durability::Async)?;
     let mut w = db.writer()?;
-    let mut bufs = vec![[0u8; MAX_KEY]; BATCH as usize];
-    let mut next = 1;
-    while next <= docs {
-        let n = (docs - next + 1).min(BATCH) as usize;
-        for (j, b) in bufs.iter_mut().enumerate().take(n) {
-            keys.key(next + j as u64, b);
-        }
-        let pairs: Vec<(&[u8], &[u8])> = bufs[..n]
-            .iter()
-            .map(|b| (&b[..KEY], values.pick(&mut rng)))
-            .collect();
-        w.write(&pairs)?;
-        next += n as u64;
-    }
+    write_documents(
+        &mut *w,
+        &keys,
+        KEY,
+        &values,
+        &mut rng,
+        docs,
+        BATCH as usize,
+        |_| {},
+    )?;
     drop(w);
     db.sync()?;
     db.close()
