@@ -406,6 +406,7 @@ impl Db {
                 free,
                 reader_pinned: Default::default(),
                 trigger: Default::default(),
+                spare_nodes: Default::default(),
             })),
             durability: Mutex::new(DurableState::new(meta)),
             pager,

@@ -41,6 +41,8 @@ pub(crate) struct WriterState {
     pub reader_pinned: crate::unpinned::ReaderPinned,
     /// What the compaction threshold is compared with (autocompact.rs).
     pub trigger: crate::compaction_state::Trigger,
+    /// Buffers of the dirty nodes of finished transactions, for the next ones' copies.
+    pub spare_nodes: crate::node::SpareNodes,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
@@ -287,6 +289,7 @@ impl OpenFile {
             free,
             reader_pinned: Default::default(),
             trigger: Default::default(),
+            spare_nodes: std::mem::take(&mut w.spare_nodes),
         };
         *self.durability.lock() = DurableState::new(meta);
         self.durable_txid.store(meta.txid, Ordering::Release);

@@ -52,7 +52,7 @@ impl Txn {
                 let base = Arc::clone(&self.base);
                 let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
                 let page = view.node(p, role)?;
-                let mut node = Node::decode(&page, 0, role)?;
+                let mut node = Node::decode_reusing(&page, 0, role, &mut self.writer.spare_nodes)?;
                 node.page = self.alloc(1);
                 self.free_written(p, 1, page.txid());
                 self.nodes.push(node);

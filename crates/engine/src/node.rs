@@ -63,6 +63,38 @@ pub struct Run {
     pub fresh: bool,
 }
 
+/// Emptied buffers of nodes that finished transactions no longer need (the writer keeps them
+/// in `WriterState::spare_nodes`): [`Node::decode_reusing`] takes them, so that a one-key
+/// commit's copies of its path allocate nothing. At most [`SpareNodes::MAX`] nodes of at most
+/// two pages each are kept.
+#[derive(Debug, Default)]
+pub struct SpareNodes(Vec<(Vec<u8>, Vec<Ent>, Vec<Child>)>);
+
+impl SpareNodes {
+    /// The most nodes kept.
+    pub const MAX: usize = 64;
+
+    /// Keep `n`'s buffers, emptied, unless enough are kept or they grew past two pages.
+    pub fn put(&mut self, n: Node, page_size: usize) {
+        let Node {
+            mut bytes,
+            mut ents,
+            mut children,
+            ..
+        } = n;
+        if self.0.len() >= Self::MAX
+            || bytes.capacity() > 2 * page_size
+            || ents.capacity() > page_size / 4
+        {
+            return;
+        }
+        bytes.clear();
+        ents.clear();
+        children.clear();
+        self.0.push((bytes, ents, children));
+    }
+}
+
 /// One entry of a dirty node: where its key and value sit in the node's byte arena. An inline
 /// value follows the key; for a value in an overflow run, the run's first page id follows the
 /// key (8 bytes, little-endian, as in the page's cell) and `vlen` is the value's length. Twelve
@@ -458,8 +490,23 @@ impl Node {
     /// The page is copied whole into the arena (one copy, not one per entry); its entries
     /// point at their keys and values inside it, and the headers around them count as dead.
     /// A cell that does not fit the page is an error, as when reading it in place.
+    #[cfg(test)]
     pub fn decode(page: &NodePage<'_>, new_page: PageId, role: PageRole) -> Result<Node> {
+        Node::decode_reusing(page, new_page, role, &mut SpareNodes::default())
+    }
+
+    /// [`Node::decode`] into the buffers of a node a finished transaction left in `spare`,
+    /// when there is one, so that copying a page on write does not allocate.
+    pub fn decode_reusing(
+        page: &NodePage<'_>,
+        new_page: PageId,
+        role: PageRole,
+        spare: &mut SpareNodes,
+    ) -> Result<Node> {
         let mut n = Node::empty(new_page, page.leaf, role);
+        if let Some((bytes, ents, children)) = spare.0.pop() {
+            (n.bytes, n.ents, n.children) = (bytes, ents, children);
+        }
         n.ents.reserve(page.count + 1);
         // Room for a few more entries before the arena grows.
         n.bytes.reserve(page.bytes.len() + page.bytes.len() / 8);
@@ -664,5 +711,42 @@ mod tests {
         let again = again.split_off(3);
         assert_eq!(buf, again);
         assert_eq!(back.run(3).map(|r| r.page), Some(77));
+    }
+
+    #[test]
+    fn a_page_decoded_into_a_spare_nodes_buffers_is_the_page_and_nothing_of_the_old_node() {
+        // A branch of long keys and a leaf of other entries leave their buffers behind; the
+        // leaf decoded into them must encode to exactly its own page.
+        let mut spare = SpareNodes::default();
+        let mut branch = Node::empty(4, false, PageRole::Data);
+        for i in 0..40 {
+            branch.push(format!("{i:0>60}").as_bytes(), Val::Inline(&[]));
+            branch.children.push(Child::Page(100 + i));
+        }
+        branch.recompute_size();
+        spare.put(branch, 4096);
+        spare.put(leaf(60), 4096);
+        assert_eq!(spare.0.len(), 2);
+        let node = leaf(30);
+        let mut buf = Vec::new();
+        node.encode(&mut buf, 4096, 5, |_| 0);
+        let page = NodePage::parse(9, &buf, PageRole::Data).unwrap();
+        for _ in 0..2 {
+            let back = Node::decode_reusing(&page, 9, PageRole::Data, &mut spare).unwrap();
+            assert!(back.children.is_empty());
+            let mut again = Vec::new();
+            back.encode(&mut again, 4096, 5, |_| 0);
+            assert_eq!(buf, again);
+        }
+        assert!(spare.0.is_empty());
+        // Buffers grown past two pages are not kept, nor more than MAX nodes.
+        let mut big = leaf(0);
+        big.bytes.reserve(3 * 4096);
+        spare.put(big, 4096);
+        assert!(spare.0.is_empty());
+        for _ in 0..SpareNodes::MAX + 5 {
+            spare.put(leaf(1), 4096);
+        }
+        assert_eq!(spare.0.len(), SpareNodes::MAX);
     }
 }

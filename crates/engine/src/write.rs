@@ -608,6 +608,15 @@ impl Drop for Txn {
         if !self.done {
             self.rollback();
         }
+        // The dirty nodes' buffers serve the next transaction's copies.
+        let ps = self.limits.page_size;
+        let spare = &mut self.writer.spare_nodes;
+        for n in self.trees.iter_mut().flat_map(|t| t.nodes.drain(..)) {
+            spare.put(n, ps);
+        }
+        for n in self.nodes.drain(..) {
+            spare.put(n, ps);
+        }
         // Still holding the in-process writer lock (a field, dropped after this).
         self.db.release_writer_if_on_disk();
     }
