@@ -438,6 +438,39 @@ impl Node {
         right
     }
 
+    /// Move entries `from` (and their children) into `dst`, before its entry `at`. Only the
+    /// moved entries' bytes are copied, so evening out two siblings costs what moves.
+    pub fn move_entries(&mut self, from: std::ops::Range<usize>, dst: &mut Node, at: usize) {
+        let mut held = 0;
+        let mut size = 0;
+        for e in &self.ents[from.clone()] {
+            held += e.held();
+            size += if self.leaf {
+                SLOT + LEAF_CELL + e.held()
+            } else {
+                SLOT + BRANCH_CELL + e.klen as usize
+            };
+        }
+        dst.bytes.reserve(held);
+        let mut ents = Vec::with_capacity(dst.ents.len() + from.len() + 1);
+        ents.extend_from_slice(&dst.ents[..at]);
+        for e in self.ents.drain(from.clone()) {
+            let s = e.at as usize;
+            let to = dst.bytes.len() as u32;
+            dst.bytes.extend_from_slice(&self.bytes[s..s + e.held()]);
+            ents.push(Ent { at: to, ..e });
+        }
+        ents.extend_from_slice(&dst.ents[at..]);
+        dst.ents = ents;
+        if !self.leaf {
+            dst.children.splice(at..at, self.children.drain(from));
+        }
+        dst.size += size;
+        self.size -= size;
+        self.dead += held;
+        self.shed();
+    }
+
     /// Move every entry (and child) of `other` after this node's own.
     pub fn append(&mut self, other: &mut Node) {
         let base = self.bytes.len() as u32;
