@@ -210,7 +210,8 @@ mod tests {
     #[test]
     fn even_cut_balances_bytes_and_respects_capacity() {
         assert_eq!(even_cut(&[10, 10, 10, 10], 100), Some(2));
-        assert_eq!(even_cut(&[30, 10, 10, 10], 35), None);
+        assert_eq!(even_cut(&[30, 10, 10, 10], 35), Some(1));
+        assert_eq!(even_cut(&[30, 30, 30], 50), None);
         assert_eq!(even_cut(&[10], 100), None);
     }
 
