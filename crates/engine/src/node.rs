@@ -379,9 +379,19 @@ impl Node {
         self.forget(e);
     }
 
-    /// Branch: replace separator `i`.
+    /// Branch: replace separator `i`. A key no longer than the old one is written over it,
+    /// so evening out two leaves does not grow (and soon shed) the parent's arena.
     pub fn set_key(&mut self, i: usize, key: &[u8]) {
         let old = self.ents[i];
+        if key.len() <= old.klen as usize {
+            let s = old.at as usize;
+            self.bytes[s..s + key.len()].copy_from_slice(key);
+            let shorter = old.klen as usize - key.len();
+            self.ents[i].klen = key.len() as u16;
+            self.size -= shorter;
+            self.dead += shorter;
+            return;
+        }
         let e = self.ent(key, Val::Inline(&[]));
         self.size -= self.entry_size(i);
         self.ents[i] = e;
