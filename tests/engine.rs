@@ -746,6 +746,65 @@ fn ascending_and_descending_inserts_fill_leaves() {
     assert!(fill("down") >= 0.66, "descending fill {:.3}", fill("down"));
 }
 
+#[test]
+fn leaves_sharing_entries_with_siblings_keep_every_key_through_savepoints_and_aborts() {
+    // Random keys, values from empty to a third of a page and a few overflow runs, removes,
+    // savepoint rollbacks and aborted transactions, in small commits so overfull leaves meet
+    // clean siblings, dirty siblings and full pairs (2-to-3 splits) alike.
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(
+        &dir.path().join("share.larch"),
+        Options::default().page_size(4096),
+    );
+    let mut rng = Rng(23);
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for round in 0..300u64 {
+        let mut tx = db.begin_write().unwrap();
+        let mut work = model.clone();
+        let mut saved: Option<(larch::Savepoint, BTreeMap<Vec<u8>, Vec<u8>>)> = None;
+        for op in 0..60u64 {
+            if op == 30 && rng.below(4) == 0 {
+                saved = Some((tx.savepoint(), work.clone()));
+            }
+            let key = format!("k{:06}", rng.below(6_000)).into_bytes();
+            let mut t = tx.open_tree("t").unwrap();
+            if rng.below(5) == 0 {
+                assert_eq!(t.remove(&key).unwrap(), work.remove(&key).is_some());
+            } else {
+                let len = match rng.below(40) {
+                    0 => 2_000 + rng.below(6_000) as usize,
+                    n if n < 8 => rng.below(1_300) as usize,
+                    _ => 40 + rng.below(300) as usize,
+                };
+                let value = pattern(round * 100 + op, len);
+                t.insert(&key, &value).unwrap();
+                work.insert(key, value);
+            }
+        }
+        if let Some((sp, before)) = saved.filter(|_| rng.below(2) == 0) {
+            tx.rollback_to(&sp).unwrap();
+            work = before;
+        }
+        if round % 7 == 3 {
+            tx.abort();
+            continue;
+        }
+        tx.commit().unwrap();
+        model = work;
+    }
+    db.check().unwrap();
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    let got: Vec<(Vec<u8>, Vec<u8>)> = t
+        .iter()
+        .unwrap()
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the tree differs from the model");
+}
+
 // ---- (f) locking ---------------------------------------------------------------------------
 
 fn assert_locked(r: larch::Result<Db>) {
