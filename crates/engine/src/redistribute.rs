@@ -40,7 +40,9 @@ impl Txn {
                 if let Some(cut) = even_cut(&sizes, cap) {
                     return self.reshape(parent, l, r, &[cut]);
                 }
-                if let Some((a, b)) = thirds_cut(&sizes, cap) {
+                // Three leaves from two: only with a dirty sibling (see `sharing_sibling`).
+                let dirty = matches!(self.nodes[parent].children[s], Child::Node(_));
+                if let Some((a, b)) = thirds_cut(&sizes, cap).filter(|_| dirty) {
                     return self.reshape(parent, l, r, &[a, b]);
                 }
             }
