@@ -757,11 +757,12 @@ fn leaves_sharing_entries_with_siblings_keep_every_key_through_savepoints_and_ab
         Options::default().page_size(4096),
     );
     let mut rng = Rng(23);
-    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+    let mut model = Map::new();
     for round in 0..300u64 {
         let mut tx = db.begin_write().unwrap();
         let mut work = model.clone();
-        let mut saved: Option<(larch::Savepoint, BTreeMap<Vec<u8>, Vec<u8>>)> = None;
+        let mut saved: Option<(larch::Savepoint, Map)> = None;
         for op in 0..60u64 {
             if op == 30 && rng.below(4) == 0 {
                 saved = Some((tx.savepoint(), work.clone()));
