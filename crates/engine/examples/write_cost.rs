@@ -58,6 +58,21 @@ fn owa(db: &Db, docs: u64, commits: u64) -> larch_engine::Result<()> {
     db.sync()
 }
 
+/// The shape the writes left: leaves and their fill, and the pages below the high-water mark.
+fn report(db: &Db, after: &str) -> larch_engine::Result<()> {
+    let s = db.stats()?;
+    if let Some(t) = s.trees.iter().find(|t| t.name == "t") {
+        println!(
+            "after {after}: {} leaf pages, fill {:.1}%, high water {} pages ({} live)",
+            t.leaf_pages,
+            100.0 * t.fill(s.page_size),
+            s.high_water,
+            s.live_pages
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>().ok());
     let docs = args.next().flatten().unwrap_or(20_000);
@@ -68,10 +83,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .durability(Durability::Sync);
     let db = Db::open(dir.path().join("w.larch"), opts)?;
     load(&db, docs)?;
+    let loaded = db.io_stats().bytes_written;
+    report(&db, "load")?;
     owa(&db, docs, commits)?;
+    report(&db, "owa")?;
     let rx = db.begin_read()?;
     let n = rx.open_tree("t")?.len()?;
     assert_eq!(n, docs);
-    println!("{docs} documents loaded, {commits} one-key commits");
+    println!(
+        "{docs} documents loaded ({} KiB written), {commits} one-key commits ({} KiB written)",
+        loaded / 1024,
+        (db.io_stats().bytes_written - loaded) / 1024
+    );
     Ok(())
 }

@@ -30,6 +30,7 @@ mod options;
 mod process;
 mod read;
 mod readers;
+mod redistribute;
 mod relocate;
 mod remove_range;
 mod stats;

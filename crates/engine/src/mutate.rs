@@ -1,8 +1,9 @@
 //! The B+tree algorithms of a write transaction: copy a page into a dirty node when it is
 //! first touched, insert with splits, remove with merges and redistribution.
 //!
-//! Nodes split as soon as they overflow a page and rebalance as soon as they fall under half
-//! a page, so every node always fits its page and stays at least about half full.
+//! Nodes split as soon as they overflow a page (a leaf first tries to share with a sibling:
+//! redistribute.rs) and rebalance as soon as they fall under half a page, so every node
+//! always fits its page and stays at least about half full.
 
 use std::sync::Arc;
 
@@ -150,39 +151,55 @@ impl Txn {
         let existed;
         // Did the new entry land at the end of this node? Then keys are likely arriving in
         // order, and a split should leave the left node full, not half full.
-        let mut at_end = false;
+        let at_end;
         if self.nodes[id].leaf {
-            let n = self.node_mut(id);
-            match n.search(key) {
-                Ok(i) => {
-                    let old = n.run(i);
-                    n.set_val(i, val);
-                    self.free_value(old);
-                    existed = true;
-                }
-                Err(i) => {
-                    at_end = i == n.len();
-                    n.insert_entry(i, key, val);
-                    existed = false;
-                }
-            }
+            // Only a root is a leaf here: a branch handles its leaves' overflow itself.
+            (existed, at_end) = self.insert_in_leaf(id, key, val);
         } else {
             let i = self.nodes[id].child_index(key);
             let role = self.nodes[id].role;
             let c = self.touch(self.nodes[id].children[i], role)?;
             self.nodes[id].children[i] = Child::Node(c);
-            let (e, split) = self.insert_at(c, key, val)?;
-            existed = e;
-            if let Some((sep, right)) = split {
-                let n = self.node_mut(id);
-                at_end = i + 1 == n.children.len();
-                n.insert_child(i + 1, &sep, Child::Node(right));
+            let before = self.nodes[id].children.len();
+            if self.nodes[c].leaf {
+                let (e, end) = self.insert_in_leaf(c, key, val);
+                existed = e;
+                if self.nodes[c].size() > self.limits.capacity {
+                    self.leaf_overflow(id, i, c, end)?;
+                }
+            } else {
+                let (e, split) = self.insert_at(c, key, val)?;
+                existed = e;
+                if let Some((sep, right)) = split {
+                    self.node_mut(id)
+                        .insert_child(i + 1, &sep, Child::Node(right));
+                }
             }
+            at_end = i + 1 == before && self.nodes[id].children.len() > before;
         }
         if self.nodes[id].size() > self.limits.capacity {
             return Ok((existed, Some(self.split(id, at_end))));
         }
         Ok((existed, None))
+    }
+
+    /// Put `key`/`val` into leaf `id`; whether the key existed, and whether the new entry
+    /// is the leaf's last.
+    fn insert_in_leaf(&mut self, id: NodeIdx, key: &[u8], val: Val<'_>) -> (bool, bool) {
+        let n = self.node_mut(id);
+        match n.search(key) {
+            Ok(i) => {
+                let old = n.run(i);
+                n.set_val(i, val);
+                self.free_value(old);
+                (true, false)
+            }
+            Err(i) => {
+                let at_end = i == n.len();
+                n.insert_entry(i, key, val);
+                (false, at_end)
+            }
+        }
     }
 
     /// Split an overfull node in two; returns the separator and the new right node. With

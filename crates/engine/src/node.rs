@@ -411,9 +411,19 @@ impl Node {
         self.forget(e);
     }
 
-    /// Branch: replace separator `i`.
+    /// Branch: replace separator `i`. A key no longer than the old one is written over it,
+    /// so evening out two leaves does not grow (and soon shed) the parent's arena.
     pub fn set_key(&mut self, i: usize, key: &[u8]) {
         let old = self.ents[i];
+        if key.len() <= old.klen as usize {
+            let s = old.at as usize;
+            self.bytes[s..s + key.len()].copy_from_slice(key);
+            let shorter = old.klen as usize - key.len();
+            self.ents[i].klen = key.len() as u16;
+            self.size -= shorter;
+            self.dead += shorter;
+            return;
+        }
         let e = self.ent(key, Val::Inline(&[]));
         self.size -= self.entry_size(i);
         self.ents[i] = e;
@@ -468,6 +478,39 @@ impl Node {
         self.recompute_size();
         right.recompute_size();
         right
+    }
+
+    /// Move entries `from` (and their children) into `dst`, before its entry `at`. Only the
+    /// moved entries' bytes are copied, so evening out two siblings costs what moves.
+    pub fn move_entries(&mut self, from: std::ops::Range<usize>, dst: &mut Node, at: usize) {
+        let mut held = 0;
+        let mut size = 0;
+        for e in &self.ents[from.clone()] {
+            held += e.held();
+            size += if self.leaf {
+                SLOT + LEAF_CELL + e.held()
+            } else {
+                SLOT + BRANCH_CELL + e.klen as usize
+            };
+        }
+        dst.bytes.reserve(held);
+        let mut ents = Vec::with_capacity(dst.ents.len() + from.len() + 1);
+        ents.extend_from_slice(&dst.ents[..at]);
+        for e in self.ents.drain(from.clone()) {
+            let s = e.at as usize;
+            let to = dst.bytes.len() as u32;
+            dst.bytes.extend_from_slice(&self.bytes[s..s + e.held()]);
+            ents.push(Ent { at: to, ..e });
+        }
+        ents.extend_from_slice(&dst.ents[at..]);
+        dst.ents = ents;
+        if !self.leaf {
+            dst.children.splice(at..at, self.children.drain(from));
+        }
+        dst.size += size;
+        self.size -= size;
+        self.dead += held;
+        self.shed();
     }
 
     /// Move every entry (and child) of `other` after this node's own.

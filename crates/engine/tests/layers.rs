@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "write",
             "write_tree",
             "remove_range",
+            "redistribute",
             "read",
             "freemap",
             "durability",
