@@ -542,13 +542,7 @@ impl Txn {
         // (through the map, in WriteMode::Hybrid).
         let deferred = self.durability == Durability::Async;
         let pager = &self.db.pager;
-        let write = |first: PageId, buf: &[u8]| {
-            if deferred {
-                pager.write_pages_deferred(first, &[buf])
-            } else {
-                pager.write_pages(first, &[buf])
-            }
-        };
+        let write = |first: PageId, buf: &[u8]| pager.write_pages_as(first, &[buf], deferred);
         let trees = &self.trees;
         let mut buf = Vec::with_capacity(chunk.min(order.len()) * ps);
         let mut manifest: Vec<ManifestRun> = Vec::with_capacity(order.len());

@@ -411,21 +411,22 @@ impl Pager {
 
     /// Write `bufs` back to back starting at page `first`. The file must already hold them.
     pub fn write_pages(&self, first: PageId, bufs: &[&[u8]]) -> Result<()> {
-        self.check_writable()?;
-        self.count_write(bufs);
-        self.storage
-            .write_at(first * self.page_size as u64, bufs)
-            .map_err(|e| PagerError::io("write pages", &self.path, e))
+        self.write_pages_as(first, bufs, false)
     }
 
-    /// As [`Pager::write_pages`], for pages no sync is waited for soon (an Async commit's):
-    /// `WriteMode::Hybrid` stores them through the writable map ([`Storage::write_deferred`]).
-    pub fn write_pages_deferred(&self, first: PageId, bufs: &[&[u8]]) -> Result<()> {
+    /// [`Pager::write_pages`]; `deferred`: no sync is waited for soon (an Async commit's
+    /// pages), which `WriteMode::Hybrid` stores through the writable map
+    /// ([`Storage::write_deferred`]).
+    pub fn write_pages_as(&self, first: PageId, bufs: &[&[u8]], deferred: bool) -> Result<()> {
         self.check_writable()?;
         self.count_write(bufs);
-        self.storage
-            .write_deferred(first * self.page_size as u64, bufs)
-            .map_err(|e| PagerError::io("write pages", &self.path, e))
+        let offset = first * self.page_size as u64;
+        let r = if deferred {
+            self.storage.write_deferred(offset, bufs)
+        } else {
+            self.storage.write_at(offset, bufs)
+        };
+        r.map_err(|e| PagerError::io("write pages", &self.path, e))
     }
 
     /// Write `meta` into its slot (txid % 2). Not durable until [`Pager::sync`].
