@@ -377,9 +377,11 @@ fn child() {
         }
         "overwrite" => {
             // Open read-write; on "go" (or at once with LARCH_MP_NOW) overwrite every value of
-            // tree "t" with LARCH_MP_BYTE under LARCH_MP_DUR, then wait to be killed.
+            // tree "t" (keys 0..LARCH_MP_KEYS, default 200) with LARCH_MP_BYTE under
+            // LARCH_MP_DUR, then wait to be killed.
             let db = Db::open(&path, Options::default()).unwrap();
             let byte = env_u64("LARCH_MP_BYTE", b'x' as u64) as u8;
+            let keys = env_u64("LARCH_MP_KEYS", 200) as u32;
             println!("ready");
             if std::env::var("LARCH_MP_NOW").is_err() {
                 let mut line = String::new();
@@ -389,7 +391,7 @@ fn child() {
             tx.set_durability(dur);
             {
                 let mut t = tx.open_tree("t").unwrap();
-                for i in 0..200u32 {
+                for i in 0..keys {
                     t.insert(&i.to_be_bytes(), &[byte; 500]).unwrap();
                 }
             }
@@ -1139,6 +1141,83 @@ fn a_writer_after_one_killed_before_publishing_builds_on_the_file_s_newest_meta(
         "opened commit {} holds values {bytes:?} (check: {check:?})",
         rx.txid()
     );
+}
+
+/// A process that writes alone releases and retakes the writer lock around every commit that
+/// reaches the disk, and skips re-reading the file's metas when nobody else took the lock in
+/// between (the lock file counts takes). After another process took it, committed and died
+/// before publishing, the retake must still find that commit: on the next write transaction
+/// (`write`; fails if the retake trusts its own state), and at close (`close`: the other
+/// process grew the file by megabytes; close skips its writes on finding the newer meta, and
+/// behind that check its trim uses the length this process knows and its closed mark only
+/// an older slot, so this variant guards the outcome rather than the check).
+#[test]
+fn a_writer_retaking_the_lock_rereads_the_file_only_after_another_process_wrote() {
+    for then in ["write", "close"] {
+        let b_keys: u32 = if then == "close" { 20_000 } else { 200 };
+        let (_dir, path) = scratch("retake");
+        let db = Db::open(&path, Options::default()).unwrap();
+        let fill = |db: &Db, byte: u8| {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in 0..200u32 {
+                    t.insert(&i.to_be_bytes(), &[byte; 500]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        };
+        // Sync commits: each one releases the lock and the next retakes it.
+        for _ in 0..3 {
+            fill(&db, b'a');
+        }
+        let ta = db.begin_read().unwrap().txid();
+        // Another process commits ta + 1 (NoMetaSync: no manifest) and dies before publishing.
+        let mut b = spawn(
+            "overwrite",
+            &path,
+            &[
+                ("LARCH_MP_BYTE", (b'b' as u64).to_string()),
+                ("LARCH_MP_DUR", "nometasync".into()),
+                ("LARCH_MP_NOW", "1".into()),
+                ("LARCH_MP_KEYS", b_keys.to_string()),
+            ],
+        );
+        b.expect("committed");
+        b.kill();
+        rewind_lock_file(&path, ta);
+        if then == "write" {
+            let tx = db.begin_write().unwrap();
+            let t = tx.open_tree("t").unwrap();
+            let seen = t.get(&0u32.to_be_bytes()).unwrap().map(|v| v[0]);
+            drop(t);
+            assert_eq!(
+                seen,
+                Some(b'b'),
+                "the write transaction after the dead writer's commit built on this \
+                 process's own older state (txid {}, own newest {ta})",
+                tx.txid()
+            );
+            assert!(tx.txid() > ta + 1, "txid {} reused", tx.txid());
+            drop(tx);
+            fill(&db, b'c');
+        }
+        drop(db);
+        let want = if then == "write" { b'c' } else { b'b' };
+        let db = Db::open(&path, Options::default()).unwrap();
+        let check = db.check();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_tree("t").unwrap();
+        let values: Vec<u8> = t.iter().unwrap().map(|e| e.unwrap().1[0]).collect();
+        let bytes: std::collections::BTreeSet<u8> = values.iter().copied().collect();
+        assert!(
+            check.is_ok() && bytes == [want].into() && values.len() == b_keys as usize,
+            "{then}: reopened at commit {} (own newest {ta}) holding {} values {bytes:?} \
+             (check: {check:?})",
+            rx.txid(),
+            values.len()
+        );
+    }
 }
 
 #[test]

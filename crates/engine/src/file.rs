@@ -239,9 +239,10 @@ impl OpenFile {
     /// is durable.
     ///
     /// A writer killed between writing its meta and publishing it leaves the lock file naming
-    /// the commit before, so on a fresh take the file's newest meta is checked too: that meta
-    /// is whole (its pages reached the page cache first), a process opening the file now
-    /// takes it, and pages it reaches are not free.
+    /// the commit before, so on a fresh take the file's newest meta is checked too, unless no
+    /// other process took the lock since this one last held it (the lock file counts takes).
+    /// That meta is whole (its pages reached the page cache first), a process opening the file
+    /// now takes it, and pages it reaches are not free.
     pub(crate) fn reload_if_changed(&self, w: &mut WriterState, fresh: bool) -> Result<()> {
         let Some(lock) = self.lock() else {
             return Ok(());
@@ -255,7 +256,9 @@ impl OpenFile {
             return Ok(());
         }
         let published_newer = k.is_some_and(|k| k > known);
-        if !published_newer && !fresh {
+        // Only a take by another process since this one's last can have left an unpublished
+        // meta (the lock file counts takes): a single writing process skips the reads.
+        if !(published_newer || (fresh && lock.taken_elsewhere())) {
             return Ok(());
         }
         let meta = self.pager.read_newest_meta()?;
@@ -413,6 +416,7 @@ impl Drop for OpenFile {
             // Taken just now: a writer killed before publishing may have left a newer meta.
             let newer_on_disk = || {
                 fresh
+                    && lock.taken_elsewhere()
                     && self
                         .pager
                         .read_newest_meta()

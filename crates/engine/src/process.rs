@@ -65,6 +65,13 @@ impl ProcessLock {
         Ok(true)
     }
 
+    /// Caller just took the writer lock (`acquire` returned `true` and it was not held
+    /// before): may another process have written the data file since this one last held it?
+    /// Without that, this process's state is the file's and nothing needs reading.
+    pub(crate) fn taken_elsewhere(&self) -> bool {
+        self.file.writer_taken_elsewhere()
+    }
+
     /// Does this process hold the writer lock?
     pub(crate) fn held(&self) -> bool {
         self.held.load(Ordering::Acquire)

@@ -10,7 +10,8 @@
 //!
 //! `<db path>-lock`, mapped `MAP_SHARED`, native byte order (the file never leaves the machine):
 //! a 128-byte header ([`LOCK_MAGIC`], [`LOCK_VERSION`], slot counts, the layout size, a
-//! generation counter, the newest committed txid), then `process_slots` slots of 64 bytes (one
+//! generation counter, the newest committed and durable txids, a count of writer-lock takes),
+//! then `process_slots` slots of 64 bytes (one
 //! per attached [`LockFile`]), then `reader_slots` slots of 64 bytes (one per claimed
 //! [`SlotHandle`]). A slot is `owner` (a nonzero nonce naming the `LockFile` that claimed it; 0
 //! = free), `txid` (0 = idle, otherwise the snapshot txid + 1, so snapshot 0 can be held) and
@@ -82,7 +83,7 @@ use crate::TxId;
 /// The first eight bytes of a lock file.
 pub const LOCK_MAGIC: u64 = u64::from_ne_bytes(*b"larchlk\0");
 /// The lock file layout this build reads and writes.
-pub const LOCK_VERSION: u32 = 1;
+pub const LOCK_VERSION: u32 = 2;
 /// Reader slots a lock file gets by default (LMDB's default is 126 too).
 pub const DEFAULT_READER_SLOTS: u32 = 254;
 /// Process slots a lock file gets by default: processes attached at once.
@@ -271,6 +272,9 @@ struct Header {
     committed: AtomicU64,
     /// The newest txid known durable (synced) + 1, or 0 if unknown.
     durable: AtomicU64,
+    /// How many times any process took the writer lock since the lock file was initialised
+    /// (each taker adds one while it holds the lock, before it writes anything).
+    writer_takes: AtomicU64,
 }
 
 /// One slot, as laid out in the file.
@@ -538,11 +542,28 @@ struct Inner {
     claim: Mutex<()>,
     /// The in-process half of the writer lock (threads share this description's OFD lock).
     writer: Mutex<()>,
+    /// `writer_takes` as this attachment left it at its last take of the writer lock, or
+    /// `u64::MAX` before its first.
+    last_take: AtomicU64,
+    /// At this attachment's latest take of the writer lock: another attachment took it since
+    /// this one's previous take (or there was none).
+    taken_elsewhere: std::sync::atomic::AtomicBool,
     /// Declared last: closing it (after the map is unmapped) drops every OFD lock we hold.
     file: File,
 }
 
 impl Inner {
+    /// Count a take of the writer lock; caller just took it.
+    fn note_writer_take(&self) {
+        let prev = self
+            .map
+            .header()
+            .writer_takes
+            .fetch_add(1, Ordering::SeqCst);
+        let ours = self.last_take.swap(prev.wrapping_add(1), Ordering::AcqRel);
+        self.taken_elsewhere.store(ours != prev, Ordering::Release);
+    }
+
     fn process(&self, i: u32) -> &Slot {
         self.map.slot(self.layout.process_offset(i))
     }
@@ -782,6 +803,8 @@ impl LockFile {
             initialised,
             claim: Mutex::new(()),
             writer: Mutex::new(()),
+            last_take: AtomicU64::new(u64::MAX),
+            taken_elsewhere: std::sync::atomic::AtomicBool::new(true),
             file,
         };
         let slot = match inner.claim(false)? {
@@ -917,6 +940,9 @@ impl LockFile {
         };
         let got = ofd_lock(&self.inner.file, libc::F_WRLCK, WRITER_BYTE, false)
             .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLK)", &self.inner.path, e))?;
+        if got {
+            self.inner.note_writer_take();
+        }
         Ok(got.then_some(WriterGuard {
             inner: &self.inner,
             _in_process: g,
@@ -929,6 +955,7 @@ impl LockFile {
         let g = self.inner.writer.lock();
         ofd_lock(&self.inner.file, libc::F_WRLCK, WRITER_BYTE, true)
             .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLKW)", &self.inner.path, e))?;
+        self.inner.note_writer_take();
         Ok(WriterGuard {
             inner: &self.inner,
             _in_process: g,
@@ -983,8 +1010,20 @@ impl LockFile {
         } else {
             "fcntl(F_OFD_SETLK)"
         };
-        ofd_lock(&self.inner.file, libc::F_WRLCK, WRITER_BYTE, wait)
-            .map_err(|e| LockFileError::io(op, &self.inner.path, e))
+        let got = ofd_lock(&self.inner.file, libc::F_WRLCK, WRITER_BYTE, wait)
+            .map_err(|e| LockFileError::io(op, &self.inner.path, e))?;
+        if got {
+            self.inner.note_writer_take();
+        }
+        Ok(got)
+    }
+
+    /// For the holder of the writer lock: did another attachment (another process, or another
+    /// `LockFile` of this one) take the writer lock between this attachment's previous take
+    /// and its latest? `true` at its first take. When `false`, the data file holds only what
+    /// this attachment wrote since it last held the lock: nobody else could write it.
+    pub fn writer_taken_elsewhere(&self) -> bool {
+        self.inner.taken_elsewhere.load(Ordering::Acquire)
     }
 
     /// Release what [`acquire_writer`](Self::acquire_writer) took.
@@ -1304,6 +1343,39 @@ mod tests {
         assert_eq!(lf.clear_stale().unwrap(), 0);
         assert_eq!(lf.oldest_reader(), Some(3));
         assert_eq!(lf.attached_processes().unwrap(), 1);
+    }
+
+    #[test]
+    fn writer_takes_tell_a_taker_whether_another_attachment_held_the_lock_in_between() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db(&dir);
+        let a = LockFile::open(&path, true).unwrap();
+        let b = LockFile::open(&path, true).unwrap();
+        let take_a = || {
+            assert!(a.acquire_writer(false).unwrap());
+            let elsewhere = a.writer_taken_elsewhere();
+            a.release_writer().unwrap();
+            elsewhere
+        };
+        assert!(take_a(), "a first take knows nothing of what came before");
+        assert!(!take_a());
+        assert!(!take_a());
+        // Each way of taking the lock counts.
+        assert!(b.acquire_writer(true).unwrap());
+        b.release_writer().unwrap();
+        assert!(take_a());
+        assert!(!take_a());
+        drop(b.lock_writer().unwrap());
+        assert!(take_a());
+        drop(b.try_lock_writer().unwrap().unwrap());
+        assert!(take_a());
+        assert!(!take_a());
+        // A new attachment of the same process is another attachment.
+        let c = LockFile::open(&path, true).unwrap();
+        assert!(c.acquire_writer(false).unwrap());
+        assert!(c.writer_taken_elsewhere());
+        c.release_writer().unwrap();
+        assert!(take_a());
     }
 
     #[test]
