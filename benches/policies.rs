@@ -175,6 +175,7 @@ fn delta_io(after: IoStats, before: IoStats) -> IoStats {
         write_calls: after.write_calls - before.write_calls,
         bytes_written: after.bytes_written - before.bytes_written,
         syncs: after.syncs - before.syncs,
+        background_flushes: after.background_flushes - before.background_flushes,
         commits: after.commits - before.commits,
     }
 }

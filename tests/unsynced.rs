@@ -288,3 +288,141 @@ fn forced_durable_points_are_not_deferred_by_any_mix_of_commits() {
     }
     eprintln!("longest run of deferred points: {worst} commits");
 }
+
+/// On the way to a durable point that the bound forces, each quarter of the bound starts an
+/// fdatasync on another thread; a handle dropped while one runs waits for it, so the file is
+/// closed (its flock released) when `drop` returns and can be opened again at once, and a
+/// reopened file holds every commit.
+#[test]
+fn background_flushes_run_ahead_of_forced_durable_points_and_end_with_the_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.larch");
+    let bound = 256 << 10;
+    let opts = || {
+        Options::default()
+            .durability(Durability::Async)
+            .max_unsynced_bytes(Some(bound))
+    };
+    drop(open_loaded(&path, opts(), KEYS));
+    for round in 1..=6u8 {
+        let db = Db::open(&path, opts()).unwrap();
+        let before = db.io_stats();
+        for chunk in 0..KEYS / 50 {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in chunk * 50..(chunk + 1) * 50 {
+                    t.insert(&i.to_be_bytes(), &[round; VALUE]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        let io = db.io_stats();
+        let (flushes, syncs) = (
+            io.background_flushes - before.background_flushes,
+            io.syncs - before.syncs,
+        );
+        // Each round replaces every leaf (about 1 MB of pages, four bounds' worth), so the
+        // bound forces a durable point, and the first quarter on the way starts a flush (a
+        // later quarter may find the last one still running, and skips).
+        assert!(
+            flushes >= 1 && syncs >= 1,
+            "round {round}: {flushes} background flushes, {syncs} syncs"
+        );
+        // Dropped at once, a flush may still be running: drop waits for it.
+        drop(db);
+    }
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    let mut n = 0;
+    for e in t.iter().unwrap() {
+        let (_, v) = e.unwrap();
+        assert_eq!(v, &[6u8; VALUE][..]);
+        n += 1;
+    }
+    assert_eq!(n, KEYS);
+}
+
+/// A file storage whose background flushes fail (fdatasync of /dev/null: EINVAL).
+#[derive(Debug)]
+struct FlushFails(larch::FileStorage);
+
+impl larch::Storage for FlushFails {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> std::io::Result<()> {
+        self.0.write_at(offset, bufs)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.0.sync()
+    }
+    fn flush_handle(&self) -> Option<std::fs::File> {
+        std::fs::File::open("/dev/null").ok()
+    }
+    fn file(&self) -> &std::fs::File {
+        self.0.file()
+    }
+}
+
+/// A background flush shares the handle's open file description, so a write error may be
+/// reported to it rather than to the next sync. A failed flush poisons the handle: the
+/// durable point the bound forces (or any sync after) fails instead of calling the commits
+/// durable, and the file reopens at a commit that is whole.
+#[test]
+fn a_failed_background_flush_fails_the_next_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.larch");
+    let opts = Options::default()
+        .durability(Durability::Async)
+        .max_unsynced_bytes(Some(256 << 10));
+    drop(open_loaded(&path, opts, KEYS));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let storage = FlushFails(larch::FileStorage::new(file, larch::WriteMode::Pwrite));
+    let db = Db::open_with_storage(&path, Box::new(storage), opts).unwrap();
+    let mut failed = None;
+    'rounds: for round in 1..=4u8 {
+        for chunk in 0..KEYS / 50 {
+            let r = (|| {
+                let tx = db.begin_write()?;
+                {
+                    let mut t = tx.open_tree("t")?;
+                    for i in chunk * 50..(chunk + 1) * 50 {
+                        t.insert(&i.to_be_bytes(), &[round; VALUE])?;
+                    }
+                }
+                tx.commit()
+            })();
+            if let Err(e) = r {
+                failed = Some((round, chunk, e));
+                break 'rounds;
+            }
+        }
+    }
+    let flushes = db.io_stats().background_flushes;
+    let (round, chunk, e) = failed.unwrap_or_else(|| {
+        panic!("every commit succeeded after {flushes} failed background flushes")
+    });
+    assert!(flushes >= 1, "{flushes}");
+    // The first failure is in the first round, at the latest at the forced durable point.
+    assert_eq!(
+        round, 1,
+        "first failure at round {round}, chunk {chunk}: {e}"
+    );
+    assert!(db.sync().is_err(), "a sync after a failed flush succeeded");
+    drop(db);
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    let rx = db.begin_read().unwrap();
+    let n = rx.open_tree("t").unwrap().iter().unwrap().count();
+    assert_eq!(n, KEYS as usize);
+}

@@ -41,6 +41,9 @@ pub struct IoStats {
     pub bytes_written: u64,
     /// fdatasync/msync calls.
     pub syncs: u64,
+    /// fdatasyncs started on another thread ahead of a durable point that
+    /// [`Options::max_unsynced_bytes`] forces, so it finds less to write.
+    pub background_flushes: u64,
     /// Txid of the newest commit (commits made, counting those of earlier handles).
     pub commits: u64,
 }
@@ -407,6 +410,7 @@ impl Db {
                 reader_pinned: Default::default(),
                 trigger: Default::default(),
                 spare_nodes: Default::default(),
+                flush_started_at: 0,
             })),
             durability: Mutex::new(DurableState::new(meta)),
             pager,
@@ -553,6 +557,7 @@ impl Db {
             write_calls: c.write_calls.load(Relaxed),
             bytes_written: c.bytes_written.load(Relaxed),
             syncs: c.syncs.load(Relaxed),
+            background_flushes: c.background_flushes.load(Relaxed),
             commits,
         }
     }

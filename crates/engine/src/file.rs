@@ -43,6 +43,9 @@ pub(crate) struct WriterState {
     pub trigger: crate::compaction_state::Trigger,
     /// Buffers of the dirty nodes of finished transactions, for the next ones' copies.
     pub spare_nodes: crate::node::SpareNodes,
+    /// Bytes of replaced pages waiting for a durable point when a background flush was last
+    /// started ahead of it (`Txn::unsynced_over_limit`).
+    pub flush_started_at: u64,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
@@ -293,6 +296,7 @@ impl OpenFile {
             reader_pinned: Default::default(),
             trigger: Default::default(),
             spare_nodes: std::mem::take(&mut w.spare_nodes),
+            flush_started_at: 0,
         };
         *self.durability.lock() = DurableState::new(meta);
         self.durable_txid.store(meta.txid, Ordering::Release);

@@ -410,6 +410,10 @@ impl Txn {
     /// durable meta's slot leaves it to the next one: made durable, it would first have to
     /// make the commit before it durable in the other slot, a third fdatasync
     /// (durability.rs, `write_meta_keeping_fallback`).
+    ///
+    /// On the way there, each quarter of the limit starts an fdatasync on another thread
+    /// (`Pager::start_background_flush`), so the durable point finds most pages written back
+    /// and the writer waits for less.
     fn unsynced_over_limit(&mut self) -> bool {
         let ps = self.limits.page_size as u64;
         let live = self
@@ -425,12 +429,22 @@ impl Txn {
             // this commit's durable point: that is the slot to keep.
             (st.durable, st.meta_unsynced.unwrap_or(0).max(st.durable))
         };
+        let pending = &mut self.writer.free.pending;
+        let waiting = (pending.len() - pending.freed_up_to(durable)).saturating_mul(ps);
+        if waiting < self.writer.flush_started_at {
+            // A durable point since released what was waiting then.
+            self.writer.flush_started_at = 0;
+        }
+        if waiting >= self.writer.flush_started_at + limit / 4
+            && waiting < limit
+            && self.db.pager.start_background_flush()
+        {
+            self.writer.flush_started_at = waiting;
+        }
         if self.txid % 2 == synced_first % 2 {
             return false;
         }
-        let pending = &mut self.writer.free.pending;
-        let waiting = pending.len() - pending.freed_up_to(durable);
-        waiting.saturating_mul(ps) >= limit
+        waiting >= limit
     }
 
     /// Ok(true): a Sync commit left to a later sync (the caller waits for it).

@@ -99,9 +99,12 @@ pub struct Pager {
     map: Mutex<Arc<Map>>,
     advice: Advice,
     read_only: bool,
-    poisoned: AtomicBool,
+    /// Shared with a background flush, which sets it when its fdatasync fails.
+    poisoned: Arc<AtomicBool>,
     file_len: AtomicU64,
     counters: IoCounters,
+    /// The background flush in flight, if any ([`Pager::start_background_flush`]).
+    flush: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// What this handle has asked of the storage, for benchmarks and tests.
@@ -113,6 +116,8 @@ pub struct IoCounters {
     pub bytes_written: AtomicU64,
     /// Calls to `Storage::sync`.
     pub syncs: AtomicU64,
+    /// Background flushes started ([`Pager::start_background_flush`]).
+    pub background_flushes: AtomicU64,
 }
 
 impl Pager {
@@ -233,9 +238,10 @@ impl Pager {
             map: Mutex::new(Arc::new(map)),
             advice: opts.advice,
             read_only: opts.read_only,
-            poisoned: AtomicBool::new(false),
+            poisoned: Arc::new(AtomicBool::new(false)),
             file_len: AtomicU64::new(file_len),
             counters: IoCounters::default(),
+            flush: Mutex::new(None),
         };
         Ok((pager, metas))
     }
@@ -494,16 +500,88 @@ impl Pager {
         self.sync()
     }
 
+    /// Start an fdatasync of the file on another thread, unless one is still running or the
+    /// storage has no file to flush (test storage): `true` if started. It makes nothing
+    /// durable that the engine relies on (no meta waits for it); it writes back what was
+    /// written so far so that the next [`Pager::sync`] finds less to write and the writer
+    /// waits less. It shares the handle's open file description, so a write error it meets
+    /// is reported to it alone: it poisons the handle, as a failed [`Pager::sync`] does, and
+    /// a sync that ran meanwhile waits for it and fails too. None starts while a sync runs.
+    /// Dropping the pager waits for it (it holds a duplicate of the descriptor, and with it
+    /// the file's flock).
+    pub fn start_background_flush(&self) -> bool {
+        if self.read_only || self.is_poisoned() {
+            return false;
+        }
+        // Held by a sync in progress, which writes back everything anyway.
+        let Some(mut slot) = self.flush.try_lock() else {
+            return false;
+        };
+        if slot.as_ref().is_some_and(|h| !h.is_finished()) {
+            return false;
+        }
+        if let Some(done) = slot.take() {
+            let _ = done.join();
+        }
+        let Some(file) = self.storage.flush_handle() else {
+            return false;
+        };
+        let poisoned = self.poisoned.clone();
+        let spawned = std::thread::Builder::new()
+            .name("larch-flush".into())
+            .spawn(move || {
+                if file.sync_data().is_err() {
+                    poisoned.store(true, Ordering::Release);
+                }
+            });
+        match spawned {
+            Ok(h) => {
+                self.counters
+                    .background_flushes
+                    .fetch_add(1, Ordering::Relaxed);
+                *slot = Some(h);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Make every write so far durable. A failure poisons the handle: the kernel may have
     /// dropped the dirty pages, so nothing written since the last good sync can be trusted.
     pub fn sync(&self) -> Result<()> {
         self.check_writable()?;
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.storage.sync() {
+        // No background flush starts while this sync runs; one that ran meanwhile shares the
+        // open file description, so a write error may have been reported to it instead of to
+        // this sync: wait for it and look at what it found.
+        let mut flush = self.flush.lock();
+        let r = self.storage.sync();
+        if let Some(h) = flush.take() {
+            let _ = h.join();
+        }
+        drop(flush);
+        if let Err(e) = r {
             self.poisoned.store(true, Ordering::Release);
             return Err(PagerError::io("fdatasync", &self.path, e));
         }
+        if self.is_poisoned() {
+            return Err(PagerError::io(
+                "fdatasync",
+                &self.path,
+                std::io::Error::other("a background flush of the file failed"),
+            ));
+        }
         Ok(())
+    }
+}
+
+impl Drop for Pager {
+    fn drop(&mut self) {
+        // The flush thread holds a duplicate of the descriptor: wait for it, so the file
+        // (and its flock) is closed when the pager is.
+        if let Some(h) = self.flush.get_mut().take() {
+            let _ = h.join();
+        }
     }
 }
 

@@ -71,6 +71,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     }
     /// Make every write completed so far durable (fdatasync or msync).
     fn sync(&self) -> io::Result<()>;
+    /// A duplicate of the file's descriptor that another thread may fdatasync to write back
+    /// what was written so far (`Pager::start_background_flush`), or `None` if that would
+    /// not write back this storage's writes (the default: test storage records its own).
+    fn flush_handle(&self) -> Option<File> {
+        None
+    }
     /// The file, for mapping it read-only.
     fn file(&self) -> &File;
 }
@@ -238,6 +244,11 @@ impl FileStorage {
 }
 
 impl Storage for FileStorage {
+    fn flush_handle(&self) -> Option<File> {
+        // fdatasync writes back what pwrite and the writable map (every mode) dirtied.
+        self.file.try_clone().ok()
+    }
+
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }

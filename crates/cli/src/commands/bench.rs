@@ -377,6 +377,7 @@ fn delta(now: IoStats, then: IoStats) -> IoStats {
         write_calls: now.write_calls - then.write_calls,
         bytes_written: now.bytes_written - then.bytes_written,
         syncs: now.syncs - then.syncs,
+        background_flushes: now.background_flushes - then.background_flushes,
         commits: now.commits - then.commits,
     }
 }
