@@ -221,7 +221,7 @@ impl EngineFactory for LarchFactory {
             v(
                 "max_unsynced_bytes",
                 match s.max_unsynced {
-                    None => "automatic (the default): half the live data, 4..64 MiB".to_string(),
+                    None => "automatic (the default): an eighth of the live data, 2..16 MiB".to_string(),
                     Some(None) => "off: Async commits never force a durable point".to_string(),
                     Some(Some(b)) => format!("{b} bytes"),
                 },

@@ -100,7 +100,7 @@ pub struct Options {
 /// commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Unsynced {
-    /// Half the live data, at least 4 MiB and at most 64 MiB.
+    /// An eighth of the live data, at least 2 MiB and at most 16 MiB.
     Auto,
     Bytes(u64),
     Off,
@@ -110,15 +110,15 @@ impl Unsynced {
     /// The limit for a database holding `live_bytes`.
     pub(crate) fn limit(self, live_bytes: u64) -> Option<u64> {
         match self {
-            Unsynced::Auto => Some((live_bytes / 2).clamp(4 << 20, DEFAULT_MAX_UNSYNCED_BYTES)),
+            Unsynced::Auto => Some((live_bytes / 8).clamp(2 << 20, DEFAULT_MAX_UNSYNCED_BYTES)),
             Unsynced::Bytes(b) => Some(b),
             Unsynced::Off => None,
         }
     }
 }
 
-/// The most the default of [`Options::max_unsynced_bytes`] allows: 64 MiB.
-pub const DEFAULT_MAX_UNSYNCED_BYTES: u64 = 64 << 20;
+/// The most the default of [`Options::max_unsynced_bytes`] allows: 16 MiB.
+pub const DEFAULT_MAX_UNSYNCED_BYTES: u64 = 16 << 20;
 
 impl Default for Options {
     fn default() -> Self {
@@ -380,10 +380,13 @@ impl Options {
     /// rewrote. When the pages waiting for a durable commit reach `bytes`, the commit that
     /// reaches it is made durable (as `Sync`), and the next transactions reuse them. The cost
     /// is one durable commit per `bytes` of rewritten data; `None` never forces one (the file
-    /// then grows until `Db::sync`, a `Sync` commit or close). Default: half the live data,
-    /// at least 4 MiB and at most 64 MiB ([`DEFAULT_MAX_UNSYNCED_BYTES`]): the file stays
-    /// within about 1.5 times what crash safety keeps (less for a large database), for about
-    /// one extra durable commit per half a database of rewritten pages.
+    /// then grows until `Db::sync`, a `Sync` commit or close). Default: an eighth of the
+    /// live data, at least 2 MiB and at most 16 MiB ([`DEFAULT_MAX_UNSYNCED_BYTES`]): the
+    /// file stays within about 1.125 times what crash safety keeps, for one extra durable
+    /// commit per eighth of a database (at most 16 MiB) of rewritten pages. On the way to it,
+    /// each quarter of the bound starts a background fdatasync, so the writer waits little
+    /// at the durable point; the cost is device writes: pages written back early and then
+    /// rewritten are written again (docs/performance.md, "space after async overwrites").
     ///
     /// ```
     /// use larch_engine::{Db, Durability, Options};
