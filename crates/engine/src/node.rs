@@ -9,7 +9,7 @@ use larch_pager::{PageHeader, PageRole, PageType, PAGE_HEADER_SIZE};
 
 use crate::error::{Error, Result};
 use crate::node_page::{
-    u16_at, u32_at, u64_at, NodePage, BRANCH_CELL, FLAG_OVERFLOW, LEAF_CELL, SLOT,
+    u16_at, u32_at, u64_at, NodePage, BRANCH_CELL, BRANCH_CHILD, FLAG_OVERFLOW, LEAF_CELL, SLOT,
 };
 use crate::{PageId, TxId};
 
@@ -160,6 +160,15 @@ pub struct Node {
     pub live: bool,
     /// The tree it belongs to.
     pub role: PageRole,
+    /// `bytes` is still the page this node was decoded from, edited in place: every entry's
+    /// slot and cell lie in it, in key order, so `encode` copies it and sets only the header
+    /// and (branch) the child ids instead of rebuilding every cell. Edits that keep it so:
+    /// an inline value overwritten with one of the same length, a leaf entry inserted whose
+    /// cell fits the free gap (`insert_entry`), a child pointer changed. Any other edit
+    /// appends to or rebuilds the arena and ends it.
+    image: bool,
+    /// With `image`: offset of the lowest cell, the end of the free gap.
+    low: usize,
 }
 
 impl Node {
@@ -175,6 +184,8 @@ impl Node {
             size: 0,
             live: true,
             role,
+            image: false,
+            low: 0,
         }
     }
 
@@ -308,6 +319,8 @@ impl Node {
     }
 
     fn ent(&mut self, key: &[u8], val: Val<'_>) -> Ent {
+        // The entry goes past the page: the arena is no longer the page.
+        self.image = false;
         let at = self.bytes.len() as u32;
         self.bytes.extend_from_slice(key);
         let (vlen, flags) = match val {
@@ -346,14 +359,69 @@ impl Node {
             }
             self.bytes = bytes;
             self.dead = 0;
+            self.image = false;
         }
     }
 
     /// Leaf: insert `key`/`val` at position `i`.
     pub fn insert_entry(&mut self, i: usize, key: &[u8], val: Val<'_>) {
+        if self.insert_in_image(i, key, val) {
+            return;
+        }
         let e = self.ent(key, val);
         self.ents.insert(i, e);
         self.size += self.entry_size(i);
+    }
+
+    /// `insert_entry` into the page image when the new cell fits its free gap: the cell goes
+    /// just below the lowest one and slot `i` is opened in the slot array, as LMDB's
+    /// `mdb_node_add` does. False (nothing changed) when the node is no image or the cell
+    /// does not fit.
+    fn insert_in_image(&mut self, i: usize, key: &[u8], val: Val<'_>) -> bool {
+        let stored = val.stored_len();
+        let cell = LEAF_CELL + key.len() + stored;
+        let slots = PAGE_HEADER_SIZE + self.ents.len() * SLOT;
+        if !self.image || !self.leaf || self.low < slots + SLOT + cell {
+            return false;
+        }
+        let at = self.low - cell;
+        let (vlen, flags, disk_flags) = match val {
+            Val::Inline(v) => (v.len() as u32, 0, 0),
+            // Values are at most u32::MAX bytes (checked before they are written).
+            Val::Overflow { len, fresh, .. } => (
+                len as u32,
+                OVERFLOW | if fresh { FRESH } else { 0 },
+                FLAG_OVERFLOW,
+            ),
+        };
+        let k = (key.len() as u16).to_le_bytes();
+        let v = vlen.to_le_bytes();
+        let b = &mut self.bytes;
+        b[at..at + LEAF_CELL].copy_from_slice(&[k[0], k[1], disk_flags, 0, v[0], v[1], v[2], v[3]]);
+        let ks = at + LEAF_CELL;
+        b[ks..ks + key.len()].copy_from_slice(key);
+        let vs = ks + key.len();
+        match val {
+            Val::Inline(v) => b[vs..vs + v.len()].copy_from_slice(v),
+            Val::Overflow { page, .. } => b[vs..vs + 8].copy_from_slice(&page.to_le_bytes()),
+        }
+        let slot = PAGE_HEADER_SIZE + i * SLOT;
+        b.copy_within(slot..slots, slot + SLOT);
+        b[slot..slot + SLOT].copy_from_slice(&(at as u16).to_le_bytes());
+        self.low = at;
+        self.ents.insert(
+            i,
+            Ent {
+                at: ks as u32,
+                vlen,
+                klen: key.len() as u16,
+                flags,
+            },
+        );
+        self.size += SLOT + cell;
+        // The gap's bytes were dead; the key and value are held now.
+        self.dead -= key.len() + stored;
+        true
     }
 
     /// Make room for `bytes` more bytes of keys and values and `entries` more entries.
@@ -416,6 +484,8 @@ impl Node {
     pub fn set_key(&mut self, i: usize, key: &[u8]) {
         let old = self.ents[i];
         if key.len() <= old.klen as usize {
+            // The cell's length field would disagree.
+            self.image = false;
             let s = old.at as usize;
             self.bytes[s..s + key.len()].copy_from_slice(key);
             let shorter = old.klen as usize - key.len();
@@ -441,6 +511,7 @@ impl Node {
 
     /// Remove entry (and, in a branch, child) `i`.
     pub fn remove(&mut self, i: usize) {
+        self.image = false;
         self.size -= self.entry_size(i);
         let e = self.ents.remove(i);
         if !self.leaf {
@@ -451,6 +522,7 @@ impl Node {
 
     /// Branch: remove separator `i` alone (children are the caller's to fix).
     pub fn remove_key(&mut self, i: usize) {
+        self.image = false;
         self.size -= self.entry_size(i);
         let e = self.ents.remove(i);
         self.forget(e);
@@ -458,6 +530,7 @@ impl Node {
 
     /// Move entries `at..` (and their children) into a new node on `page`.
     pub fn split_off(&mut self, at: usize, page: PageId) -> Node {
+        self.image = false;
         let mut right = Node::empty(page, self.leaf, self.role);
         let moved = self.ents.split_off(at);
         let held: usize = moved.iter().map(Ent::held).sum();
@@ -483,6 +556,8 @@ impl Node {
     /// Move entries `from` (and their children) into `dst`, before its entry `at`. Only the
     /// moved entries' bytes are copied, so evening out two siblings costs what moves.
     pub fn move_entries(&mut self, from: std::ops::Range<usize>, dst: &mut Node, at: usize) {
+        self.image = false;
+        dst.image = false;
         let mut held = 0;
         let mut size = 0;
         for e in &self.ents[from.clone()] {
@@ -515,6 +590,8 @@ impl Node {
 
     /// Move every entry (and child) of `other` after this node's own.
     pub fn append(&mut self, other: &mut Node) {
+        self.image = false;
+        other.image = false;
         let base = self.bytes.len() as u32;
         self.bytes.extend_from_slice(&other.bytes);
         self.dead += other.dead;
@@ -559,6 +636,7 @@ impl Node {
         let first_cell = PAGE_HEADER_SIZE + page.count * SLOT;
         let hdr = if page.leaf { LEAF_CELL } else { BRANCH_CELL };
         let mut held = 0;
+        let mut low = b.len();
         if !page.leaf {
             n.children.reserve(page.count + 1);
         }
@@ -573,6 +651,7 @@ impl Node {
                 // Separator 0 is empty whatever the page holds.
                 klen = 0;
             }
+            low = low.min(off);
             let at = off + hdr;
             if at + klen > b.len() {
                 return Err(page.bad(i));
@@ -616,6 +695,8 @@ impl Node {
             n.ents.push(e);
         }
         n.dead = n.bytes.len() - held;
+        n.image = true;
+        n.low = low;
         // Every entry's slot and cell header, plus what it holds (`entry_size`).
         n.size = page.count * (SLOT + hdr) + held;
         debug_assert_eq!(
@@ -660,6 +741,9 @@ impl Node {
         // Zeros up to the lowest cell (header, slots, free gap); then the cells from the
         // last entry's (lowest) up to entry 0's, each one's slot set as it is appended. Only
         // the gap is zeroed, and each byte is written once.
+        if self.image && self.bytes.len() == page_size {
+            return self.encode_image(out, header, page_of);
+        }
         let low = page_size - (self.size - self.ents.len() * SLOT);
         out.reserve(page_size);
         out.extend_from_slice(&ZERO_PAGE[..low]);
@@ -698,6 +782,33 @@ impl Node {
         }
         debug_assert_eq!(out.len(), start + page_size);
         larch_pager::set_page_checksum(&mut out[start..]);
+    }
+
+    /// `encode` of a node whose arena is its page (`image`): the page with this header and,
+    /// in a branch, every child's page id set in its cell.
+    fn encode_image(
+        &self,
+        out: &mut Vec<u8>,
+        header: PageHeader,
+        page_of: impl Fn(NodeIdx) -> PageId,
+    ) {
+        let start = out.len();
+        out.extend_from_slice(&self.bytes);
+        let page = &mut out[start..];
+        header.write(page);
+        if !self.leaf {
+            debug_assert_eq!(self.ents.len(), self.children.len());
+            for (e, child) in self.ents.iter().zip(&self.children) {
+                let child = match *child {
+                    Child::Page(p) => p,
+                    Child::Node(n) => page_of(n),
+                };
+                // The child id sits between the cell's key length and its key.
+                let at = e.at as usize - BRANCH_CELL + BRANCH_CHILD;
+                page[at..at + 8].copy_from_slice(&child.to_le_bytes());
+            }
+        }
+        larch_pager::set_page_checksum(page);
     }
 }
 
@@ -791,5 +902,186 @@ mod tests {
             spare.put(leaf(1), 4096);
         }
         assert_eq!(spare.0.len(), SpareNodes::MAX);
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    //! A node edited in its page image (`Node::image`) must encode to a page that decodes to
+    //! the same entries as the node edited the other way (arena appends, one-pass encode).
+
+    use super::*;
+    use proptest::prelude::*;
+
+    const PS: usize = 4096;
+
+    /// An edit of a leaf, by position modulo the entries.
+    #[derive(Clone, Debug)]
+    enum Edit {
+        Insert(Vec<u8>, usize, bool),
+        SetVal(usize, usize),
+        Remove(usize),
+    }
+
+    fn value(len: usize, seed: usize) -> Vec<u8> {
+        (0..len).map(|i| (i + seed) as u8).collect()
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            4 => (prop::collection::vec(any::<u8>(), 1..24), 0..300usize, any::<bool>())
+                .prop_map(|(k, v, o)| Edit::Insert(k, v, o)),
+            2 => (any::<usize>(), 0..300usize).prop_map(|(i, v)| Edit::SetVal(i, v)),
+            1 => any::<usize>().prop_map(Edit::Remove),
+        ]
+    }
+
+    /// A leaf page of `keys` with values of `vlen` bytes (every fourth in an overflow run).
+    fn leaf_page(keys: &std::collections::BTreeSet<Vec<u8>>, vlen: usize) -> Vec<u8> {
+        let mut node = Node::empty(9, true, PageRole::Data);
+        let v = value(vlen, 1);
+        for (i, k) in keys.iter().enumerate() {
+            let val = if i % 4 == 3 {
+                Val::Overflow {
+                    page: 1000 + i as u64,
+                    len: 5000 + i as u64,
+                    fresh: false,
+                }
+            } else {
+                Val::Inline(&v)
+            };
+            if node.size + Node::leaf_entry_size(k, &val) > PS - PAGE_HEADER_SIZE {
+                break;
+            }
+            node.push(k, val);
+        }
+        let mut page = Vec::new();
+        node.encode(&mut page, PS, 3, |_| 0);
+        page
+    }
+
+    fn apply(n: &mut Node, e: &Edit) {
+        match e {
+            Edit::Insert(k, v, o) => {
+                let v = value(*v, k.len());
+                let val = if *o {
+                    Val::Overflow {
+                        page: 77,
+                        len: 9000,
+                        fresh: true,
+                    }
+                } else {
+                    Val::Inline(&v)
+                };
+                // A full leaf splits in the transaction; here the edit is skipped.
+                if n.size + Node::leaf_entry_size(k, &val) > PS - PAGE_HEADER_SIZE {
+                    return;
+                }
+                match n.search(k) {
+                    Ok(i) => n.set_val(i, val),
+                    Err(i) => n.insert_entry(i, k, val),
+                }
+            }
+            Edit::SetVal(i, v) if !n.is_empty() => {
+                let i = i % n.len();
+                let len = match n.val(i) {
+                    // Half of them the same length: overwritten in place.
+                    Val::Inline(old) if v % 2 == 0 => old.len(),
+                    _ => *v,
+                };
+                if n.size - n.entry_size(i) + Node::leaf_entry_len(n.key(i).len(), len)
+                    > PS - PAGE_HEADER_SIZE
+                {
+                    return;
+                }
+                n.set_val(i, Val::Inline(&value(len, *v)));
+            }
+            Edit::Remove(i) if !n.is_empty() => n.remove(i % n.len()),
+            _ => {}
+        }
+    }
+
+    /// Entries of a page, read in place the way readers do.
+    fn entries(page: &[u8]) -> Vec<(Vec<u8>, ValRef<'_>)> {
+        let p = NodePage::parse(9, page, PageRole::Data).unwrap();
+        (0..p.count)
+            .map(|i| p.entry(i).map(|(k, v)| (k.to_vec(), v)).unwrap())
+            .collect()
+    }
+
+    use crate::node_page::ValRef;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn a_leaf_edited_in_its_page_encodes_to_the_entries_of_one_edited_in_the_arena(
+            keys in prop::collection::btree_set(prop::collection::vec(any::<u8>(), 1..24), 0..40),
+            vlen in 0..200usize,
+            edits in prop::collection::vec(edit(), 0..40),
+        ) {
+            let page = leaf_page(&keys, vlen);
+            let parsed = NodePage::parse(9, &page, PageRole::Data).unwrap();
+            let mut fast = Node::decode(&parsed, 9, PageRole::Data).unwrap();
+            prop_assert!(fast.image);
+            let mut slow = fast.clone();
+            slow.image = false;
+            for e in &edits {
+                apply(&mut fast, e);
+                apply(&mut slow, e);
+                prop_assert_eq!(fast.size, slow.size);
+            }
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            fast.encode(&mut a, PS, 4, |_| 0);
+            slow.encode(&mut b, PS, 4, |_| 0);
+            prop_assert_eq!(larch_pager::page_checksum(&a), larch_pager::stored_checksum(&a));
+            prop_assert_eq!(entries(&a), entries(&b));
+            // Decoded again, the two are the same node (size, keys, values).
+            let back = Node::decode(&NodePage::parse(9, &a, PageRole::Data).unwrap(), 9, PageRole::Data).unwrap();
+            prop_assert_eq!(back.size, slow.size);
+            prop_assert_eq!(back.len(), slow.len());
+            for i in 0..back.len() {
+                prop_assert_eq!(back.key(i), slow.key(i));
+                let run = |v: Val<'_>| match v {
+                    Val::Overflow { page, len, .. } => (Some((page, len)), None),
+                    Val::Inline(v) => (None, Some(v.to_vec())),
+                };
+                prop_assert_eq!(run(back.val(i)), run(slow.val(i)));
+            }
+            // With no edit, or only same-length overwrites, the page is what the arena path
+            // writes, byte for byte.
+            if edits.is_empty() {
+                prop_assert_eq!(&a, &b);
+            }
+        }
+
+        #[test]
+        fn a_branch_edited_in_its_page_encodes_byte_for_byte_as_one_encoded_from_its_entries(
+            keys in prop::collection::btree_set(prop::collection::vec(any::<u8>(), 1..40), 1..120),
+            dirty in prop::collection::vec(any::<usize>(), 0..8),
+        ) {
+            let mut node = Node::empty(9, false, PageRole::Data);
+            for (i, k) in keys.iter().enumerate() {
+                if node.size + Node::branch_entry_size(k) > PS - PAGE_HEADER_SIZE {
+                    break;
+                }
+                node.push_child(k, Child::Page(500 + i as u64));
+            }
+            let mut page = Vec::new();
+            node.encode(&mut page, PS, 3, |_| 0);
+            let parsed = NodePage::parse(9, &page, PageRole::Data).unwrap();
+            let mut fast = Node::decode(&parsed, 9, PageRole::Data).unwrap();
+            prop_assert!(fast.image);
+            for (j, d) in dirty.iter().enumerate() {
+                let i = d % fast.len();
+                fast.children[i] = if j % 2 == 0 { Child::Node(j) } else { Child::Page(*d as u64 >> 8) };
+            }
+            let mut slow = fast.clone();
+            slow.image = false;
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            fast.encode(&mut a, PS, 4, |n| 9000 + n as u64);
+            slow.encode(&mut b, PS, 4, |n| 9000 + n as u64);
+            prop_assert_eq!(a, b);
+        }
     }
 }
