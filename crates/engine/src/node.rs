@@ -9,7 +9,7 @@ use larch_pager::{PageHeader, PageRole, PageType, PAGE_HEADER_SIZE};
 
 use crate::error::{Error, Result};
 use crate::node_page::{
-    u16_at, u32_at, u64_at, NodePage, BRANCH_CELL, BRANCH_CHILD, FLAG_OVERFLOW, LEAF_CELL, SLOT,
+    u16_at, NodePage, BRANCH_CELL, BRANCH_CHILD, FLAG_OVERFLOW, LEAF_CELL, SLOT,
 };
 use crate::{PageId, TxId};
 
@@ -132,6 +132,39 @@ impl Ent {
     fn held(&self) -> usize {
         self.klen as usize + self.stored()
     }
+}
+
+/// The error `Node::decode` reports for `page`: the first slot whose offset points outside
+/// the cells, or whose cell runs past the end of the page (the checks of `NodePage::entry`
+/// and `NodePage::child`, in their order).
+#[cold]
+fn decode_error(page: &NodePage<'_>) -> Error {
+    let b = page.bytes;
+    let first_cell = PAGE_HEADER_SIZE + page.count * SLOT;
+    for i in 0..page.count {
+        let Some(off) =
+            u16_at(b, PAGE_HEADER_SIZE + i * SLOT).filter(|&o| o >= first_cell && o < b.len())
+        else {
+            return Error::corrupt(page.id, format!("cell offset {i} out of the page"));
+        };
+        let fits = if page.leaf {
+            b.get(off..)
+                .and_then(|c| c.first_chunk::<LEAF_CELL>())
+                .is_some_and(|h| {
+                    let klen = u16::from_le_bytes([h[0], h[1]]) as usize;
+                    let vlen = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+                    let stored = if h[2] & FLAG_OVERFLOW != 0 { 8 } else { vlen };
+                    off + LEAF_CELL + klen + stored <= b.len()
+                })
+        } else {
+            let klen = if i == 0 { Some(0) } else { u16_at(b, off) };
+            klen.is_some_and(|k| off + BRANCH_CELL + k <= b.len())
+        };
+        if !fits {
+            return page.bad(i);
+        }
+    }
+    Error::corrupt(page.id, "slots run past the end of the page")
 }
 
 /// The zeros a page is encoded over.
@@ -631,68 +664,72 @@ impl Node {
         // Room for a few more entries before the arena grows.
         n.bytes.reserve(page.bytes.len() + page.bytes.len() / 8);
         n.bytes.extend_from_slice(page.bytes);
-        // One pass over the slots with the same checks as `NodePage::entry` and `child`.
+        // One pass over the slots with the same checks as `NodePage::entry` and `child`,
+        // noting only whether one failed (`decode_error` says which): with no branch out of
+        // it, the loop keeps its state in registers and fills `ents` without a capacity
+        // check per entry.
         let b = page.bytes;
         let first_cell = PAGE_HEADER_SIZE + page.count * SLOT;
+        let slots = b
+            .get(PAGE_HEADER_SIZE..first_cell)
+            .ok_or_else(|| decode_error(page))?;
         let hdr = if page.leaf { LEAF_CELL } else { BRANCH_CELL };
+        let mut ok = true;
         let mut held = 0;
         let mut low = b.len();
-        if !page.leaf {
-            n.children.reserve(page.count + 1);
-        }
-        for i in 0..page.count {
-            let off = u16_at(b, PAGE_HEADER_SIZE + i * SLOT)
-                .filter(|&o| o >= first_cell && o < b.len())
-                .ok_or_else(|| {
-                    Error::corrupt(page.id, format!("cell offset {i} out of the page"))
-                })?;
-            let mut klen = u16_at(b, off).ok_or_else(|| page.bad(i))?;
-            if !page.leaf && i == 0 {
-                // Separator 0 is empty whatever the page holds.
-                klen = 0;
-            }
-            low = low.min(off);
-            let at = off + hdr;
-            if at + klen > b.len() {
-                return Err(page.bad(i));
-            }
-            let e = if page.leaf {
-                let flags = *b.get(off + 2).ok_or_else(|| page.bad(i))?;
-                let vlen = u32_at(b, off + 4).ok_or_else(|| page.bad(i))?;
-                let vs = at + klen;
-                if flags & FLAG_OVERFLOW != 0 {
-                    // The cell holds the run's first page after the key, as the arena does.
-                    u64_at(b, vs).ok_or_else(|| page.bad(i))?;
+        if page.leaf {
+            n.ents.extend(slots.chunks_exact(SLOT).map(|slot| {
+                let off = u16::from_le_bytes([slot[0], slot[1]]) as usize;
+                let head = b
+                    .get(off..)
+                    .and_then(|c| c.first_chunk::<LEAF_CELL>())
+                    .copied()
+                    .unwrap_or_default();
+                let klen = u16::from_le_bytes([head[0], head[1]]) as usize;
+                let vlen = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+                // An overflow cell holds the run's first page after the key, as the arena
+                // does; an inline one the value.
+                let overflow = head[2] & FLAG_OVERFLOW != 0;
+                let stored = if overflow { 8 } else { vlen as usize };
+                ok &= off >= first_cell && off + LEAF_CELL + klen + stored <= b.len();
+                low = low.min(off);
+                held += klen + stored;
+                Ent {
+                    at: (off + LEAF_CELL) as u32,
+                    vlen,
+                    klen: klen as u16,
+                    flags: if overflow { OVERFLOW } else { 0 },
+                }
+            }));
+        } else {
+            n.ents
+                .extend(slots.chunks_exact(SLOT).enumerate().map(|(i, slot)| {
+                    let off = u16::from_le_bytes([slot[0], slot[1]]) as usize;
+                    // Separator 0 is empty whatever the page holds.
+                    let klen = match b.get(off..).and_then(|c| c.first_chunk::<2>()) {
+                        Some(k) if i > 0 => u16::from_le_bytes(*k) as usize,
+                        _ => 0,
+                    };
+                    ok &= off >= first_cell && off + BRANCH_CELL + klen <= b.len();
+                    held += klen;
                     Ent {
-                        at: at as u32,
-                        vlen,
-                        klen: klen as u16,
-                        flags: OVERFLOW,
-                    }
-                } else {
-                    // The value follows the key in the cell.
-                    if vs + vlen as usize > b.len() {
-                        return Err(page.bad(i));
-                    }
-                    Ent {
-                        at: at as u32,
-                        vlen,
+                        at: (off + BRANCH_CELL) as u32,
+                        vlen: 0,
                         klen: klen as u16,
                         flags: 0,
                     }
-                }
-            } else {
-                n.children
-                    .push(Child::Page(u64_at(b, off + 2).ok_or_else(|| page.bad(i))?));
-                Ent {
-                    at: at as u32,
-                    vlen: 0,
-                    klen: klen as u16,
-                    flags: 0,
-                }
-            };
-            held += e.held();
-            n.ents.push(e);
+                }));
+            if ok {
+                // Every cell's header lies in the page: its child id is there.
+                n.children.extend(n.ents.iter().map(|e| {
+                    let at = e.at as usize - BRANCH_CELL + BRANCH_CHILD;
+                    let id = b.get(at..).and_then(|c| c.first_chunk::<8>());
+                    Child::Page(id.map_or(0, |id| u64::from_le_bytes(*id)))
+                }));
+            }
+        }
+        if !ok {
+            return Err(decode_error(page));
         }
         n.dead = n.bytes.len() - held;
         n.image = true;
@@ -1052,6 +1089,68 @@ mod image_tests {
             // writes, byte for byte.
             if edits.is_empty() {
                 prop_assert_eq!(&a, &b);
+            }
+        }
+
+        #[test]
+        fn decoding_a_damaged_page_fails_where_reading_it_in_place_does(
+            leaf in any::<bool>(),
+            keys in prop::collection::btree_set(prop::collection::vec(any::<u8>(), 1..30), 1..80),
+            vlen in 0..120usize,
+            damage in prop::collection::vec((16..400usize, any::<bool>(), any::<u8>()), 0..6),
+        ) {
+            let mut page = if leaf {
+                leaf_page(&keys, vlen)
+            } else {
+                let mut node = Node::empty(9, false, PageRole::Data);
+                for (i, k) in keys.iter().enumerate() {
+                    if node.size + Node::branch_entry_size(k) > PS - PAGE_HEADER_SIZE {
+                        break;
+                    }
+                    node.push_child(k, Child::Page(500 + i as u64));
+                }
+                let mut page = Vec::new();
+                node.encode(&mut page, PS, 3, |_| 0);
+                page
+            };
+            // Slots and the lowest cells' headers (high bytes of offsets and lengths too).
+            for (at, front, byte) in damage {
+                page[if front { at } else { PS - at }] = byte;
+            }
+            let p = NodePage::parse(9, &page, PageRole::Data).unwrap();
+            // What reading the page in place reports first, entry by entry.
+            let in_place = (0..p.count).find_map(|i| {
+                let r = if leaf {
+                    p.entry(i).map(drop)
+                } else {
+                    p.child(i).and_then(|_| if i > 0 { p.key(i).map(drop) } else { Ok(()) })
+                };
+                r.err()
+            });
+            match (Node::decode(&p, 9, PageRole::Data), in_place) {
+                (Ok(n), None) => {
+                    prop_assert_eq!(n.len(), p.count);
+                    for i in 0..n.len() {
+                        if leaf {
+                            let (k, v) = p.entry(i).unwrap();
+                            prop_assert_eq!(n.key(i), k);
+                            match (n.val(i), v) {
+                                (Val::Inline(a), ValRef::Inline(b)) => prop_assert_eq!(a, b),
+                                (Val::Overflow { page: a, len: x, .. }, ValRef::Overflow { page: b, len: y }) => {
+                                    prop_assert_eq!((a, x), (b, y))
+                                }
+                                (a, b) => prop_assert!(false, "{a:?} vs {b:?}"),
+                            }
+                        } else {
+                            prop_assert_eq!(n.children[i], Child::Page(p.child(i).unwrap()));
+                            if i > 0 {
+                                prop_assert_eq!(n.key(i), p.key(i).unwrap());
+                            }
+                        }
+                    }
+                }
+                (Err(e), Some(r)) => prop_assert_eq!(e.to_string(), r.to_string()),
+                (d, r) => prop_assert!(false, "decode {:?}, in place {:?}", d.map(|n| n.len()), r),
             }
         }
 
