@@ -64,15 +64,20 @@ pub struct Run {
 }
 
 /// Emptied buffers of nodes that finished transactions no longer need (the writer keeps them
-/// in `WriterState::spare_nodes`): [`Node::decode_reusing`] takes them, so that a one-key
-/// commit's copies of its path allocate nothing. At most [`SpareNodes::MAX`] nodes of at most
-/// two pages each are kept.
+/// in `WriterState::spare_nodes`): [`Node::decode_reusing`] takes them, so that copying a
+/// page on write allocates nothing, for a one-key commit's path and for most of the leaves a
+/// batch of inserts dirties. Buffers of at most two pages each are kept, up to
+/// [`SpareNodes::MAX_BYTES`] in all: the most a writer holds between transactions.
 #[derive(Debug, Default)]
-pub struct SpareNodes(Vec<(Vec<u8>, Vec<Ent>, Vec<Child>)>);
+pub struct SpareNodes {
+    kept: Vec<(Vec<u8>, Vec<Ent>, Vec<Child>)>,
+    /// Capacity of the kept buffers, in bytes.
+    bytes: usize,
+}
 
 impl SpareNodes {
-    /// The most nodes kept.
-    pub const MAX: usize = 64;
+    /// The most bytes of buffers kept (at 4 KiB pages, about 800 nodes' worth).
+    pub const MAX_BYTES: usize = 4 << 20;
 
     /// Keep `n`'s buffers, emptied, unless enough are kept or they grew past two pages.
     pub fn put(&mut self, n: Node, page_size: usize) {
@@ -82,7 +87,8 @@ impl SpareNodes {
             mut children,
             ..
         } = n;
-        if self.0.len() >= Self::MAX
+        let size = Self::size(&bytes, &ents, &children);
+        if self.bytes + size > Self::MAX_BYTES
             || bytes.capacity() > 2 * page_size
             || ents.capacity() > page_size / 4
         {
@@ -91,7 +97,21 @@ impl SpareNodes {
         bytes.clear();
         ents.clear();
         children.clear();
-        self.0.push((bytes, ents, children));
+        self.bytes += size;
+        self.kept.push((bytes, ents, children));
+    }
+
+    /// The buffers of a kept node, if any.
+    fn take(&mut self) -> Option<(Vec<u8>, Vec<Ent>, Vec<Child>)> {
+        let b = self.kept.pop()?;
+        self.bytes -= Self::size(&b.0, &b.1, &b.2);
+        Some(b)
+    }
+
+    fn size(bytes: &Vec<u8>, ents: &Vec<Ent>, children: &Vec<Child>) -> usize {
+        bytes.capacity()
+            + ents.capacity() * std::mem::size_of::<Ent>()
+            + children.capacity() * std::mem::size_of::<Child>()
     }
 }
 
@@ -657,7 +677,7 @@ impl Node {
         spare: &mut SpareNodes,
     ) -> Result<Node> {
         let mut n = Node::empty(new_page, page.leaf, role);
-        if let Some((bytes, ents, children)) = spare.0.pop() {
+        if let Some((bytes, ents, children)) = spare.take() {
             (n.bytes, n.ents, n.children) = (bytes, ents, children);
         }
         n.ents.reserve(page.count + 1);
@@ -917,7 +937,7 @@ mod tests {
         branch.recompute_size();
         spare.put(branch, 4096);
         spare.put(leaf(60), 4096);
-        assert_eq!(spare.0.len(), 2);
+        assert_eq!(spare.kept.len(), 2);
         let node = leaf(30);
         let mut buf = Vec::new();
         node.encode(&mut buf, 4096, 5, |_| 0);
@@ -929,16 +949,30 @@ mod tests {
             back.encode(&mut again, 4096, 5, |_| 0);
             assert_eq!(buf, again);
         }
-        assert!(spare.0.is_empty());
-        // Buffers grown past two pages are not kept, nor more than MAX nodes.
+        assert!(spare.kept.is_empty());
+        assert_eq!(spare.bytes, 0);
+        // Buffers grown past two pages are not kept, nor more than MAX_BYTES of them.
         let mut big = leaf(0);
         big.bytes.reserve(3 * 4096);
         spare.put(big, 4096);
-        assert!(spare.0.is_empty());
-        for _ in 0..SpareNodes::MAX + 5 {
-            spare.put(leaf(1), 4096);
+        assert!(spare.kept.is_empty());
+        let make = || {
+            let mut n = leaf(1);
+            n.bytes.reserve_exact(4096);
+            n
+        };
+        let size = |n: &Node| SpareNodes::size(&n.bytes, &n.ents, &n.children);
+        let mut offered = 0;
+        while spare.bytes + size(&make()) <= SpareNodes::MAX_BYTES {
+            spare.put(make(), 4096);
+            offered += 1;
         }
-        assert_eq!(spare.0.len(), SpareNodes::MAX);
+        assert_eq!(spare.kept.len(), offered);
+        spare.put(make(), 4096);
+        assert_eq!(spare.kept.len(), offered);
+        assert!(spare.bytes <= SpareNodes::MAX_BYTES);
+        while spare.take().is_some() {}
+        assert_eq!(spare.bytes, 0);
     }
 }
 
