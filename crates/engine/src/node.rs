@@ -9,7 +9,7 @@ use larch_pager::{PageHeader, PageRole, PageType, PAGE_HEADER_SIZE};
 
 use crate::error::{Error, Result};
 use crate::node_page::{
-    u16_at, u32_at, u64_at, NodePage, BRANCH_CELL, FLAG_OVERFLOW, LEAF_CELL, SLOT,
+    u16_at, NodePage, BRANCH_CELL, BRANCH_CHILD, FLAG_OVERFLOW, LEAF_CELL, SLOT,
 };
 use crate::{PageId, TxId};
 
@@ -64,15 +64,20 @@ pub struct Run {
 }
 
 /// Emptied buffers of nodes that finished transactions no longer need (the writer keeps them
-/// in `WriterState::spare_nodes`): [`Node::decode_reusing`] takes them, so that a one-key
-/// commit's copies of its path allocate nothing. At most [`SpareNodes::MAX`] nodes of at most
-/// two pages each are kept.
+/// in `WriterState::spare_nodes`): [`Node::decode_reusing`] takes them, so that copying a
+/// page on write allocates nothing, for a one-key commit's path and for most of the leaves a
+/// batch of inserts dirties. Buffers of at most two pages each are kept, up to
+/// [`SpareNodes::MAX_BYTES`] in all: the most a writer holds between transactions.
 #[derive(Debug, Default)]
-pub struct SpareNodes(Vec<(Vec<u8>, Vec<Ent>, Vec<Child>)>);
+pub struct SpareNodes {
+    kept: Vec<(Vec<u8>, Vec<Ent>, Vec<Child>)>,
+    /// Capacity of the kept buffers, in bytes.
+    bytes: usize,
+}
 
 impl SpareNodes {
-    /// The most nodes kept.
-    pub const MAX: usize = 64;
+    /// The most bytes of buffers kept (at 4 KiB pages, about 800 nodes' worth).
+    pub const MAX_BYTES: usize = 4 << 20;
 
     /// Keep `n`'s buffers, emptied, unless enough are kept or they grew past two pages.
     pub fn put(&mut self, n: Node, page_size: usize) {
@@ -82,7 +87,8 @@ impl SpareNodes {
             mut children,
             ..
         } = n;
-        if self.0.len() >= Self::MAX
+        let size = Self::size(&bytes, &ents, &children);
+        if self.bytes + size > Self::MAX_BYTES
             || bytes.capacity() > 2 * page_size
             || ents.capacity() > page_size / 4
         {
@@ -91,7 +97,21 @@ impl SpareNodes {
         bytes.clear();
         ents.clear();
         children.clear();
-        self.0.push((bytes, ents, children));
+        self.bytes += size;
+        self.kept.push((bytes, ents, children));
+    }
+
+    /// The buffers of a kept node, if any.
+    fn take(&mut self) -> Option<(Vec<u8>, Vec<Ent>, Vec<Child>)> {
+        let b = self.kept.pop()?;
+        self.bytes -= Self::size(&b.0, &b.1, &b.2);
+        Some(b)
+    }
+
+    fn size(bytes: &Vec<u8>, ents: &Vec<Ent>, children: &Vec<Child>) -> usize {
+        bytes.capacity()
+            + ents.capacity() * std::mem::size_of::<Ent>()
+            + children.capacity() * std::mem::size_of::<Child>()
     }
 }
 
@@ -134,6 +154,39 @@ impl Ent {
     }
 }
 
+/// The error `Node::decode` reports for `page`: the first slot whose offset points outside
+/// the cells, or whose cell runs past the end of the page (the checks of `NodePage::entry`
+/// and `NodePage::child`, in their order).
+#[cold]
+fn decode_error(page: &NodePage<'_>) -> Error {
+    let b = page.bytes;
+    let first_cell = PAGE_HEADER_SIZE + page.count * SLOT;
+    for i in 0..page.count {
+        let Some(off) =
+            u16_at(b, PAGE_HEADER_SIZE + i * SLOT).filter(|&o| o >= first_cell && o < b.len())
+        else {
+            return Error::corrupt(page.id, format!("cell offset {i} out of the page"));
+        };
+        let fits = if page.leaf {
+            b.get(off..)
+                .and_then(|c| c.first_chunk::<LEAF_CELL>())
+                .is_some_and(|h| {
+                    let klen = u16::from_le_bytes([h[0], h[1]]) as usize;
+                    let vlen = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+                    let stored = if h[2] & FLAG_OVERFLOW != 0 { 8 } else { vlen };
+                    off + LEAF_CELL + klen + stored <= b.len()
+                })
+        } else {
+            let klen = if i == 0 { Some(0) } else { u16_at(b, off) };
+            klen.is_some_and(|k| off + BRANCH_CELL + k <= b.len())
+        };
+        if !fits {
+            return page.bad(i);
+        }
+    }
+    Error::corrupt(page.id, "slots run past the end of the page")
+}
+
 /// The zeros a page is encoded over.
 static ZERO_PAGE: [u8; larch_pager::MAX_PAGE_SIZE] = [0; larch_pager::MAX_PAGE_SIZE];
 
@@ -160,6 +213,15 @@ pub struct Node {
     pub live: bool,
     /// The tree it belongs to.
     pub role: PageRole,
+    /// `bytes` is still the page this node was decoded from, edited in place: every entry's
+    /// slot and cell lie in it, in key order, so `encode` copies it and sets only the header
+    /// and (branch) the child ids instead of rebuilding every cell. Edits that keep it so:
+    /// an inline value overwritten with one of the same length, a leaf entry inserted whose
+    /// cell fits the free gap (`insert_entry`), a child pointer changed. Any other edit
+    /// appends to or rebuilds the arena and ends it.
+    image: bool,
+    /// With `image`: offset of the lowest cell, the end of the free gap.
+    low: usize,
 }
 
 impl Node {
@@ -175,6 +237,8 @@ impl Node {
             size: 0,
             live: true,
             role,
+            image: false,
+            low: 0,
         }
     }
 
@@ -308,6 +372,8 @@ impl Node {
     }
 
     fn ent(&mut self, key: &[u8], val: Val<'_>) -> Ent {
+        // The entry goes past the page: the arena is no longer the page.
+        self.image = false;
         let at = self.bytes.len() as u32;
         self.bytes.extend_from_slice(key);
         let (vlen, flags) = match val {
@@ -346,14 +412,69 @@ impl Node {
             }
             self.bytes = bytes;
             self.dead = 0;
+            self.image = false;
         }
     }
 
     /// Leaf: insert `key`/`val` at position `i`.
     pub fn insert_entry(&mut self, i: usize, key: &[u8], val: Val<'_>) {
+        if self.insert_in_image(i, key, val) {
+            return;
+        }
         let e = self.ent(key, val);
         self.ents.insert(i, e);
         self.size += self.entry_size(i);
+    }
+
+    /// `insert_entry` into the page image when the new cell fits its free gap: the cell goes
+    /// just below the lowest one and slot `i` is opened in the slot array, as LMDB's
+    /// `mdb_node_add` does. False (nothing changed) when the node is no image or the cell
+    /// does not fit.
+    fn insert_in_image(&mut self, i: usize, key: &[u8], val: Val<'_>) -> bool {
+        let stored = val.stored_len();
+        let cell = LEAF_CELL + key.len() + stored;
+        let slots = PAGE_HEADER_SIZE + self.ents.len() * SLOT;
+        if !self.image || !self.leaf || self.low < slots + SLOT + cell {
+            return false;
+        }
+        let at = self.low - cell;
+        let (vlen, flags, disk_flags) = match val {
+            Val::Inline(v) => (v.len() as u32, 0, 0),
+            // Values are at most u32::MAX bytes (checked before they are written).
+            Val::Overflow { len, fresh, .. } => (
+                len as u32,
+                OVERFLOW | if fresh { FRESH } else { 0 },
+                FLAG_OVERFLOW,
+            ),
+        };
+        let k = (key.len() as u16).to_le_bytes();
+        let v = vlen.to_le_bytes();
+        let b = &mut self.bytes;
+        b[at..at + LEAF_CELL].copy_from_slice(&[k[0], k[1], disk_flags, 0, v[0], v[1], v[2], v[3]]);
+        let ks = at + LEAF_CELL;
+        b[ks..ks + key.len()].copy_from_slice(key);
+        let vs = ks + key.len();
+        match val {
+            Val::Inline(v) => b[vs..vs + v.len()].copy_from_slice(v),
+            Val::Overflow { page, .. } => b[vs..vs + 8].copy_from_slice(&page.to_le_bytes()),
+        }
+        let slot = PAGE_HEADER_SIZE + i * SLOT;
+        b.copy_within(slot..slots, slot + SLOT);
+        b[slot..slot + SLOT].copy_from_slice(&(at as u16).to_le_bytes());
+        self.low = at;
+        self.ents.insert(
+            i,
+            Ent {
+                at: ks as u32,
+                vlen,
+                klen: key.len() as u16,
+                flags,
+            },
+        );
+        self.size += SLOT + cell;
+        // The gap's bytes were dead; the key and value are held now.
+        self.dead -= key.len() + stored;
+        true
     }
 
     /// Make room for `bytes` more bytes of keys and values and `entries` more entries.
@@ -416,6 +537,8 @@ impl Node {
     pub fn set_key(&mut self, i: usize, key: &[u8]) {
         let old = self.ents[i];
         if key.len() <= old.klen as usize {
+            // The cell's length field would disagree.
+            self.image = false;
             let s = old.at as usize;
             self.bytes[s..s + key.len()].copy_from_slice(key);
             let shorter = old.klen as usize - key.len();
@@ -441,6 +564,7 @@ impl Node {
 
     /// Remove entry (and, in a branch, child) `i`.
     pub fn remove(&mut self, i: usize) {
+        self.image = false;
         self.size -= self.entry_size(i);
         let e = self.ents.remove(i);
         if !self.leaf {
@@ -451,6 +575,7 @@ impl Node {
 
     /// Branch: remove separator `i` alone (children are the caller's to fix).
     pub fn remove_key(&mut self, i: usize) {
+        self.image = false;
         self.size -= self.entry_size(i);
         let e = self.ents.remove(i);
         self.forget(e);
@@ -458,6 +583,7 @@ impl Node {
 
     /// Move entries `at..` (and their children) into a new node on `page`.
     pub fn split_off(&mut self, at: usize, page: PageId) -> Node {
+        self.image = false;
         let mut right = Node::empty(page, self.leaf, self.role);
         let moved = self.ents.split_off(at);
         let held: usize = moved.iter().map(Ent::held).sum();
@@ -483,6 +609,8 @@ impl Node {
     /// Move entries `from` (and their children) into `dst`, before its entry `at`. Only the
     /// moved entries' bytes are copied, so evening out two siblings costs what moves.
     pub fn move_entries(&mut self, from: std::ops::Range<usize>, dst: &mut Node, at: usize) {
+        self.image = false;
+        dst.image = false;
         let mut held = 0;
         let mut size = 0;
         for e in &self.ents[from.clone()] {
@@ -515,6 +643,8 @@ impl Node {
 
     /// Move every entry (and child) of `other` after this node's own.
     pub fn append(&mut self, other: &mut Node) {
+        self.image = false;
+        other.image = false;
         let base = self.bytes.len() as u32;
         self.bytes.extend_from_slice(&other.bytes);
         self.dead += other.dead;
@@ -547,75 +677,83 @@ impl Node {
         spare: &mut SpareNodes,
     ) -> Result<Node> {
         let mut n = Node::empty(new_page, page.leaf, role);
-        if let Some((bytes, ents, children)) = spare.0.pop() {
+        if let Some((bytes, ents, children)) = spare.take() {
             (n.bytes, n.ents, n.children) = (bytes, ents, children);
         }
         n.ents.reserve(page.count + 1);
         // Room for a few more entries before the arena grows.
         n.bytes.reserve(page.bytes.len() + page.bytes.len() / 8);
         n.bytes.extend_from_slice(page.bytes);
-        // One pass over the slots with the same checks as `NodePage::entry` and `child`.
+        // One pass over the slots with the same checks as `NodePage::entry` and `child`,
+        // noting only whether one failed (`decode_error` says which): with no branch out of
+        // it, the loop keeps its state in registers and fills `ents` without a capacity
+        // check per entry.
         let b = page.bytes;
         let first_cell = PAGE_HEADER_SIZE + page.count * SLOT;
+        let slots = b
+            .get(PAGE_HEADER_SIZE..first_cell)
+            .ok_or_else(|| decode_error(page))?;
         let hdr = if page.leaf { LEAF_CELL } else { BRANCH_CELL };
+        let mut ok = true;
         let mut held = 0;
-        if !page.leaf {
-            n.children.reserve(page.count + 1);
-        }
-        for i in 0..page.count {
-            let off = u16_at(b, PAGE_HEADER_SIZE + i * SLOT)
-                .filter(|&o| o >= first_cell && o < b.len())
-                .ok_or_else(|| {
-                    Error::corrupt(page.id, format!("cell offset {i} out of the page"))
-                })?;
-            let mut klen = u16_at(b, off).ok_or_else(|| page.bad(i))?;
-            if !page.leaf && i == 0 {
-                // Separator 0 is empty whatever the page holds.
-                klen = 0;
-            }
-            let at = off + hdr;
-            if at + klen > b.len() {
-                return Err(page.bad(i));
-            }
-            let e = if page.leaf {
-                let flags = *b.get(off + 2).ok_or_else(|| page.bad(i))?;
-                let vlen = u32_at(b, off + 4).ok_or_else(|| page.bad(i))?;
-                let vs = at + klen;
-                if flags & FLAG_OVERFLOW != 0 {
-                    // The cell holds the run's first page after the key, as the arena does.
-                    u64_at(b, vs).ok_or_else(|| page.bad(i))?;
+        let mut low = b.len();
+        if page.leaf {
+            n.ents.extend(slots.chunks_exact(SLOT).map(|slot| {
+                let off = u16::from_le_bytes([slot[0], slot[1]]) as usize;
+                let head = b
+                    .get(off..)
+                    .and_then(|c| c.first_chunk::<LEAF_CELL>())
+                    .copied()
+                    .unwrap_or_default();
+                let klen = u16::from_le_bytes([head[0], head[1]]) as usize;
+                let vlen = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+                // An overflow cell holds the run's first page after the key, as the arena
+                // does; an inline one the value.
+                let overflow = head[2] & FLAG_OVERFLOW != 0;
+                let stored = if overflow { 8 } else { vlen as usize };
+                ok &= off >= first_cell && off + LEAF_CELL + klen + stored <= b.len();
+                low = low.min(off);
+                held += klen + stored;
+                Ent {
+                    at: (off + LEAF_CELL) as u32,
+                    vlen,
+                    klen: klen as u16,
+                    flags: if overflow { OVERFLOW } else { 0 },
+                }
+            }));
+        } else {
+            n.ents
+                .extend(slots.chunks_exact(SLOT).enumerate().map(|(i, slot)| {
+                    let off = u16::from_le_bytes([slot[0], slot[1]]) as usize;
+                    // Separator 0 is empty whatever the page holds.
+                    let klen = match b.get(off..).and_then(|c| c.first_chunk::<2>()) {
+                        Some(k) if i > 0 => u16::from_le_bytes(*k) as usize,
+                        _ => 0,
+                    };
+                    ok &= off >= first_cell && off + BRANCH_CELL + klen <= b.len();
+                    held += klen;
                     Ent {
-                        at: at as u32,
-                        vlen,
-                        klen: klen as u16,
-                        flags: OVERFLOW,
-                    }
-                } else {
-                    // The value follows the key in the cell.
-                    if vs + vlen as usize > b.len() {
-                        return Err(page.bad(i));
-                    }
-                    Ent {
-                        at: at as u32,
-                        vlen,
+                        at: (off + BRANCH_CELL) as u32,
+                        vlen: 0,
                         klen: klen as u16,
                         flags: 0,
                     }
-                }
-            } else {
-                n.children
-                    .push(Child::Page(u64_at(b, off + 2).ok_or_else(|| page.bad(i))?));
-                Ent {
-                    at: at as u32,
-                    vlen: 0,
-                    klen: klen as u16,
-                    flags: 0,
-                }
-            };
-            held += e.held();
-            n.ents.push(e);
+                }));
+            if ok {
+                // Every cell's header lies in the page: its child id is there.
+                n.children.extend(n.ents.iter().map(|e| {
+                    let at = e.at as usize - BRANCH_CELL + BRANCH_CHILD;
+                    let id = b.get(at..).and_then(|c| c.first_chunk::<8>());
+                    Child::Page(id.map_or(0, |id| u64::from_le_bytes(*id)))
+                }));
+            }
+        }
+        if !ok {
+            return Err(decode_error(page));
         }
         n.dead = n.bytes.len() - held;
+        n.image = true;
+        n.low = low;
         // Every entry's slot and cell header, plus what it holds (`entry_size`).
         n.size = page.count * (SLOT + hdr) + held;
         debug_assert_eq!(
@@ -660,6 +798,9 @@ impl Node {
         // Zeros up to the lowest cell (header, slots, free gap); then the cells from the
         // last entry's (lowest) up to entry 0's, each one's slot set as it is appended. Only
         // the gap is zeroed, and each byte is written once.
+        if self.image && self.bytes.len() == page_size {
+            return self.encode_image(out, header, page_of);
+        }
         let low = page_size - (self.size - self.ents.len() * SLOT);
         out.reserve(page_size);
         out.extend_from_slice(&ZERO_PAGE[..low]);
@@ -698,6 +839,33 @@ impl Node {
         }
         debug_assert_eq!(out.len(), start + page_size);
         larch_pager::set_page_checksum(&mut out[start..]);
+    }
+
+    /// `encode` of a node whose arena is its page (`image`): the page with this header and,
+    /// in a branch, every child's page id set in its cell.
+    fn encode_image(
+        &self,
+        out: &mut Vec<u8>,
+        header: PageHeader,
+        page_of: impl Fn(NodeIdx) -> PageId,
+    ) {
+        let start = out.len();
+        out.extend_from_slice(&self.bytes);
+        let page = &mut out[start..];
+        header.write(page);
+        if !self.leaf {
+            debug_assert_eq!(self.ents.len(), self.children.len());
+            for (e, child) in self.ents.iter().zip(&self.children) {
+                let child = match *child {
+                    Child::Page(p) => p,
+                    Child::Node(n) => page_of(n),
+                };
+                // The child id sits between the cell's key length and its key.
+                let at = e.at as usize - BRANCH_CELL + BRANCH_CHILD;
+                page[at..at + 8].copy_from_slice(&child.to_le_bytes());
+            }
+        }
+        larch_pager::set_page_checksum(page);
     }
 }
 
@@ -769,7 +937,7 @@ mod tests {
         branch.recompute_size();
         spare.put(branch, 4096);
         spare.put(leaf(60), 4096);
-        assert_eq!(spare.0.len(), 2);
+        assert_eq!(spare.kept.len(), 2);
         let node = leaf(30);
         let mut buf = Vec::new();
         node.encode(&mut buf, 4096, 5, |_| 0);
@@ -781,15 +949,272 @@ mod tests {
             back.encode(&mut again, 4096, 5, |_| 0);
             assert_eq!(buf, again);
         }
-        assert!(spare.0.is_empty());
-        // Buffers grown past two pages are not kept, nor more than MAX nodes.
+        assert!(spare.kept.is_empty());
+        assert_eq!(spare.bytes, 0);
+        // Buffers grown past two pages are not kept, nor more than MAX_BYTES of them.
         let mut big = leaf(0);
         big.bytes.reserve(3 * 4096);
         spare.put(big, 4096);
-        assert!(spare.0.is_empty());
-        for _ in 0..SpareNodes::MAX + 5 {
-            spare.put(leaf(1), 4096);
+        assert!(spare.kept.is_empty());
+        let make = || {
+            let mut n = leaf(1);
+            n.bytes.reserve_exact(4096);
+            n
+        };
+        let size = |n: &Node| SpareNodes::size(&n.bytes, &n.ents, &n.children);
+        let mut offered = 0;
+        while spare.bytes + size(&make()) <= SpareNodes::MAX_BYTES {
+            spare.put(make(), 4096);
+            offered += 1;
         }
-        assert_eq!(spare.0.len(), SpareNodes::MAX);
+        assert_eq!(spare.kept.len(), offered);
+        spare.put(make(), 4096);
+        assert_eq!(spare.kept.len(), offered);
+        assert!(spare.bytes <= SpareNodes::MAX_BYTES);
+        while spare.take().is_some() {}
+        assert_eq!(spare.bytes, 0);
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    //! A node edited in its page image (`Node::image`) must encode to a page that decodes to
+    //! the same entries as the node edited the other way (arena appends, one-pass encode).
+
+    use super::*;
+    use proptest::prelude::*;
+
+    const PS: usize = 4096;
+
+    /// An edit of a leaf, by position modulo the entries.
+    #[derive(Clone, Debug)]
+    enum Edit {
+        Insert(Vec<u8>, usize, bool),
+        SetVal(usize, usize),
+        Remove(usize),
+    }
+
+    fn value(len: usize, seed: usize) -> Vec<u8> {
+        (0..len).map(|i| (i + seed) as u8).collect()
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            4 => (prop::collection::vec(any::<u8>(), 1..24), 0..300usize, any::<bool>())
+                .prop_map(|(k, v, o)| Edit::Insert(k, v, o)),
+            2 => (any::<usize>(), 0..300usize).prop_map(|(i, v)| Edit::SetVal(i, v)),
+            1 => any::<usize>().prop_map(Edit::Remove),
+        ]
+    }
+
+    /// A leaf page of `keys` with values of `vlen` bytes (every fourth in an overflow run).
+    fn leaf_page(keys: &std::collections::BTreeSet<Vec<u8>>, vlen: usize) -> Vec<u8> {
+        let mut node = Node::empty(9, true, PageRole::Data);
+        let v = value(vlen, 1);
+        for (i, k) in keys.iter().enumerate() {
+            let val = if i % 4 == 3 {
+                Val::Overflow {
+                    page: 1000 + i as u64,
+                    len: 5000 + i as u64,
+                    fresh: false,
+                }
+            } else {
+                Val::Inline(&v)
+            };
+            if node.size + Node::leaf_entry_size(k, &val) > PS - PAGE_HEADER_SIZE {
+                break;
+            }
+            node.push(k, val);
+        }
+        let mut page = Vec::new();
+        node.encode(&mut page, PS, 3, |_| 0);
+        page
+    }
+
+    fn apply(n: &mut Node, e: &Edit) {
+        match e {
+            Edit::Insert(k, v, o) => {
+                let v = value(*v, k.len());
+                let val = if *o {
+                    Val::Overflow {
+                        page: 77,
+                        len: 9000,
+                        fresh: true,
+                    }
+                } else {
+                    Val::Inline(&v)
+                };
+                // A full leaf splits in the transaction; here the edit is skipped.
+                if n.size + Node::leaf_entry_size(k, &val) > PS - PAGE_HEADER_SIZE {
+                    return;
+                }
+                match n.search(k) {
+                    Ok(i) => n.set_val(i, val),
+                    Err(i) => n.insert_entry(i, k, val),
+                }
+            }
+            Edit::SetVal(i, v) if !n.is_empty() => {
+                let i = i % n.len();
+                let len = match n.val(i) {
+                    // Half of them the same length: overwritten in place.
+                    Val::Inline(old) if v % 2 == 0 => old.len(),
+                    _ => *v,
+                };
+                if n.size - n.entry_size(i) + Node::leaf_entry_len(n.key(i).len(), len)
+                    > PS - PAGE_HEADER_SIZE
+                {
+                    return;
+                }
+                n.set_val(i, Val::Inline(&value(len, *v)));
+            }
+            Edit::Remove(i) if !n.is_empty() => n.remove(i % n.len()),
+            _ => {}
+        }
+    }
+
+    /// Entries of a page, read in place the way readers do.
+    fn entries(page: &[u8]) -> Vec<(Vec<u8>, ValRef<'_>)> {
+        let p = NodePage::parse(9, page, PageRole::Data).unwrap();
+        (0..p.count)
+            .map(|i| p.entry(i).map(|(k, v)| (k.to_vec(), v)).unwrap())
+            .collect()
+    }
+
+    use crate::node_page::ValRef;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn a_leaf_edited_in_its_page_encodes_to_the_entries_of_one_edited_in_the_arena(
+            keys in prop::collection::btree_set(prop::collection::vec(any::<u8>(), 1..24), 0..40),
+            vlen in 0..200usize,
+            edits in prop::collection::vec(edit(), 0..40),
+        ) {
+            let page = leaf_page(&keys, vlen);
+            let parsed = NodePage::parse(9, &page, PageRole::Data).unwrap();
+            let mut fast = Node::decode(&parsed, 9, PageRole::Data).unwrap();
+            prop_assert!(fast.image);
+            let mut slow = fast.clone();
+            slow.image = false;
+            for e in &edits {
+                apply(&mut fast, e);
+                apply(&mut slow, e);
+                prop_assert_eq!(fast.size, slow.size);
+            }
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            fast.encode(&mut a, PS, 4, |_| 0);
+            slow.encode(&mut b, PS, 4, |_| 0);
+            prop_assert_eq!(larch_pager::page_checksum(&a), larch_pager::stored_checksum(&a));
+            prop_assert_eq!(entries(&a), entries(&b));
+            // Decoded again, the two are the same node (size, keys, values).
+            let back = Node::decode(&NodePage::parse(9, &a, PageRole::Data).unwrap(), 9, PageRole::Data).unwrap();
+            prop_assert_eq!(back.size, slow.size);
+            prop_assert_eq!(back.len(), slow.len());
+            for i in 0..back.len() {
+                prop_assert_eq!(back.key(i), slow.key(i));
+                let run = |v: Val<'_>| match v {
+                    Val::Overflow { page, len, .. } => (Some((page, len)), None),
+                    Val::Inline(v) => (None, Some(v.to_vec())),
+                };
+                prop_assert_eq!(run(back.val(i)), run(slow.val(i)));
+            }
+            // With no edit, or only same-length overwrites, the page is what the arena path
+            // writes, byte for byte.
+            if edits.is_empty() {
+                prop_assert_eq!(&a, &b);
+            }
+        }
+
+        #[test]
+        fn decoding_a_damaged_page_fails_where_reading_it_in_place_does(
+            leaf in any::<bool>(),
+            keys in prop::collection::btree_set(prop::collection::vec(any::<u8>(), 1..30), 1..80),
+            vlen in 0..120usize,
+            damage in prop::collection::vec((16..400usize, any::<bool>(), any::<u8>()), 0..6),
+        ) {
+            let mut page = if leaf {
+                leaf_page(&keys, vlen)
+            } else {
+                let mut node = Node::empty(9, false, PageRole::Data);
+                for (i, k) in keys.iter().enumerate() {
+                    if node.size + Node::branch_entry_size(k) > PS - PAGE_HEADER_SIZE {
+                        break;
+                    }
+                    node.push_child(k, Child::Page(500 + i as u64));
+                }
+                let mut page = Vec::new();
+                node.encode(&mut page, PS, 3, |_| 0);
+                page
+            };
+            // Slots and the lowest cells' headers (high bytes of offsets and lengths too).
+            for (at, front, byte) in damage {
+                page[if front { at } else { PS - at }] = byte;
+            }
+            let p = NodePage::parse(9, &page, PageRole::Data).unwrap();
+            // What reading the page in place reports first, entry by entry.
+            let in_place = (0..p.count).find_map(|i| {
+                let r = if leaf {
+                    p.entry(i).map(drop)
+                } else {
+                    p.child(i).and_then(|_| if i > 0 { p.key(i).map(drop) } else { Ok(()) })
+                };
+                r.err()
+            });
+            match (Node::decode(&p, 9, PageRole::Data), in_place) {
+                (Ok(n), None) => {
+                    prop_assert_eq!(n.len(), p.count);
+                    for i in 0..n.len() {
+                        if leaf {
+                            let (k, v) = p.entry(i).unwrap();
+                            prop_assert_eq!(n.key(i), k);
+                            match (n.val(i), v) {
+                                (Val::Inline(a), ValRef::Inline(b)) => prop_assert_eq!(a, b),
+                                (Val::Overflow { page: a, len: x, .. }, ValRef::Overflow { page: b, len: y }) => {
+                                    prop_assert_eq!((a, x), (b, y))
+                                }
+                                (a, b) => prop_assert!(false, "{a:?} vs {b:?}"),
+                            }
+                        } else {
+                            prop_assert_eq!(n.children[i], Child::Page(p.child(i).unwrap()));
+                            if i > 0 {
+                                prop_assert_eq!(n.key(i), p.key(i).unwrap());
+                            }
+                        }
+                    }
+                }
+                (Err(e), Some(r)) => prop_assert_eq!(e.to_string(), r.to_string()),
+                (d, r) => prop_assert!(false, "decode {:?}, in place {:?}", d.map(|n| n.len()), r),
+            }
+        }
+
+        #[test]
+        fn a_branch_edited_in_its_page_encodes_byte_for_byte_as_one_encoded_from_its_entries(
+            keys in prop::collection::btree_set(prop::collection::vec(any::<u8>(), 1..40), 1..120),
+            dirty in prop::collection::vec(any::<usize>(), 0..8),
+        ) {
+            let mut node = Node::empty(9, false, PageRole::Data);
+            for (i, k) in keys.iter().enumerate() {
+                if node.size + Node::branch_entry_size(k) > PS - PAGE_HEADER_SIZE {
+                    break;
+                }
+                node.push_child(k, Child::Page(500 + i as u64));
+            }
+            let mut page = Vec::new();
+            node.encode(&mut page, PS, 3, |_| 0);
+            let parsed = NodePage::parse(9, &page, PageRole::Data).unwrap();
+            let mut fast = Node::decode(&parsed, 9, PageRole::Data).unwrap();
+            prop_assert!(fast.image);
+            for (j, d) in dirty.iter().enumerate() {
+                let i = d % fast.len();
+                fast.children[i] = if j % 2 == 0 { Child::Node(j) } else { Child::Page(*d as u64 >> 8) };
+            }
+            let mut slow = fast.clone();
+            slow.image = false;
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            fast.encode(&mut a, PS, 4, |n| 9000 + n as u64);
+            slow.encode(&mut b, PS, 4, |n| 9000 + n as u64);
+            prop_assert_eq!(a, b);
+        }
     }
 }
