@@ -1260,15 +1260,16 @@ fn a_background_compaction_taking_the_lock_after_a_dead_writer_keeps_its_commit(
             .compaction_threshold(Some(0.3))
             .compaction_min_bytes(0)
             .compaction_check_every(Duration::from_secs(3600));
-        let db = Db::open_with_storage_as_process_and_fs(&path, file_storage, opts, fs.clone())
-            .unwrap();
+        let db =
+            Db::open_with_storage_as_process_and_fs(&path, file_storage, opts, fs.clone()).unwrap();
         // Overwrites leave free pages: compaction would pay (every switch fails for now).
         for round in 0..6u8 {
             let tx = db.begin_write().unwrap();
             {
                 let mut t = tx.open_tree("t").unwrap();
                 for i in 0..200u32 {
-                    t.insert(&i.to_be_bytes(), &[b'a' + round % 2; 500]).unwrap();
+                    t.insert(&i.to_be_bytes(), &[b'a' + round % 2; 500])
+                        .unwrap();
                 }
             }
             tx.commit().unwrap();
@@ -1317,7 +1318,10 @@ fn a_background_compaction_taking_the_lock_after_a_dead_writer_keeps_its_commit(
              this process's own older state (txid {ta})",
             ta + 1
         );
-        assert!(tx.txid() > ta + 1, "{then}: txid {} reused", tx.txid());
+        // (A switched file numbers its commits afresh.)
+        if then == "abandoned" {
+            assert!(tx.txid() > ta + 1, "{then}: txid {} reused", tx.txid());
+        }
         drop(tx);
         drop(db);
         let db = Db::open(&path, Options::default()).unwrap();
