@@ -1021,9 +1021,22 @@ fn a_commit_by_another_process_during_the_file_switch_is_not_lost() {
         }
         tx.commit().unwrap();
         round += 1;
+        // The writer lock is not fair: retaken at once, it starves the other process's writer
+        // (woken by the release, it is not scheduled before the retake on a loaded machine),
+        // which then stays attached and every switch is refused until the rounds run out.
+        std::thread::sleep(Duration::from_millis(2));
     }
     let _ = db.wait_for_compaction();
-    assert!(db.compactions() >= 1, "no background compaction ran");
+    let (started, done) = (
+        *fs.started.lock().unwrap(),
+        fs.committed.lock().unwrap().len(),
+    );
+    assert!(
+        db.compactions() >= 1,
+        "no background compaction ran in {round} rounds ({} refused; {started} of the other \
+         process's commits started, {done} done)",
+        db.compactions_refused()
+    );
     for t in std::mem::take(&mut *fs.threads.lock().unwrap()) {
         t.join().unwrap();
     }
@@ -1216,6 +1229,121 @@ fn a_writer_retaking_the_lock_rereads_the_file_only_after_another_process_wrote(
              (check: {check:?})",
             rx.txid(),
             values.len()
+        );
+    }
+}
+
+/// Compaction's new files and directory operations, but its rename (the switch) fails while
+/// `fail` is set: a background compaction then gives up at its switch, after it took the
+/// writer lock. Counts the renames tried.
+#[derive(Debug)]
+struct SwitchFails {
+    fail: std::sync::atomic::AtomicBool,
+    renames: std::sync::atomic::AtomicUsize,
+}
+
+impl larch::CompactionFs for SwitchFails {
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.renames.fetch_add(1, SeqCst);
+        if self.fail.load(SeqCst) {
+            return Err(std::io::Error::other("rename refused by the test"));
+        }
+        std::fs::rename(from, to)
+    }
+}
+
+/// Background compaction takes the writer lock for its switch, so it too may be the first
+/// take after another process committed and died before publishing. Whatever the switch then
+/// does, that commit must not be lost: not by a switch abandoned after the take (`abandoned`:
+/// the take must not count as this process having checked the file, or the next writer
+/// builds on its own older state), nor by one that goes through (`switched`: the compacted
+/// file is built from what the switch read, so it must read the dead writer's commit too).
+#[test]
+fn a_background_compaction_taking_the_lock_after_a_dead_writer_keeps_its_commit() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for then in ["abandoned", "switched"] {
+        let (_dir, path) = scratch("switch-after-dead-writer");
+        drop(Db::open(&path, Options::default()).unwrap());
+        let fs = std::sync::Arc::new(SwitchFails {
+            fail: true.into(),
+            renames: 0.into(),
+        });
+        let opts = Options::default()
+            .compaction_threshold(Some(0.3))
+            .compaction_min_bytes(0)
+            .compaction_check_every(Duration::from_secs(3600));
+        let db =
+            Db::open_with_storage_as_process_and_fs(&path, file_storage, opts, fs.clone()).unwrap();
+        // Overwrites leave free pages: compaction would pay (every switch fails for now).
+        for round in 0..6u8 {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in 0..200u32 {
+                    t.insert(&i.to_be_bytes(), &[b'a' + round % 2; 500])
+                        .unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            let _ = db.wait_for_compaction();
+        }
+        let ta = db.begin_read().unwrap().txid();
+        // Another process commits ta + 1 and dies before publishing it.
+        let mut b = spawn(
+            "overwrite",
+            &path,
+            &[
+                ("LARCH_MP_BYTE", (b'z' as u64).to_string()),
+                ("LARCH_MP_DUR", "nometasync".into()),
+                ("LARCH_MP_NOW", "1".into()),
+            ],
+        );
+        b.expect("committed");
+        b.kill();
+        rewind_lock_file(&path, ta);
+        fs.fail.store(then == "abandoned", SeqCst);
+        // A sync looks at the threshold: a compaction runs to its switch.
+        let before = fs.renames.load(SeqCst);
+        for _ in 0..20 {
+            if fs.renames.load(SeqCst) > before {
+                break;
+            }
+            db.sync().unwrap();
+            let _ = db.wait_for_compaction();
+        }
+        assert!(
+            fs.renames.load(SeqCst) > before,
+            "{then}: no compaction reached its switch"
+        );
+        assert_eq!(db.compactions(), u64::from(then == "switched"), "{then}");
+        let tx = db.begin_write().unwrap();
+        let seen = tx
+            .open_tree("t")
+            .unwrap()
+            .get(&0u32.to_be_bytes())
+            .unwrap()
+            .map(|v| v[0]);
+        assert_eq!(
+            seen,
+            Some(b'z'),
+            "{then}: the write transaction after the dead writer's commit (txid {}) built on \
+             this process's own older state (txid {ta})",
+            ta + 1
+        );
+        // (A switched file numbers its commits afresh.)
+        if then == "abandoned" {
+            assert!(tx.txid() > ta + 1, "{then}: txid {} reused", tx.txid());
+        }
+        drop(tx);
+        drop(db);
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check().unwrap();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_tree("t").unwrap();
+        assert!(
+            t.iter().unwrap().all(|e| e.unwrap().1[0] == b'z'),
+            "{then}: reopened without the dead writer's commit"
         );
     }
 }

@@ -252,7 +252,7 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
         base = cur;
     }
     // The last round holds the writer off, so nothing is missed; then switch files.
-    let w = old.writer.lock_arc();
+    let mut w = old.writer.lock_arc();
     h.compaction.cancelled()?;
     if old.retired.load(Ordering::Acquire) {
         return Err(Error::Compaction("the file was replaced meanwhile".into()));
@@ -267,6 +267,13 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
             return Err(Error::Compaction(
                 "switch abandoned, the old file kept: another process is writing".into(),
             ));
+        }
+        // What a write transaction does after its take: a writer of another process killed
+        // before publishing may have left a newer meta, which the last round must copy (the
+        // snapshots it reads follow the lock file only).
+        if let Err(e) = old.reload_if_changed(&mut w) {
+            old.release_writer_if_on_disk();
+            return Err(e);
         }
     }
     let (before, open_file) = match last_round(h, &old, base, &new, tmp, lock.as_ref()) {

@@ -234,19 +234,20 @@ impl OpenFile {
         }
     }
 
-    /// Caller holds the cross-process writer lock and the in-process one (`w`); `fresh`: it
-    /// just took the cross-process one. If another process committed since this process's
-    /// newest commit, rebuild the writer's state from the file. Every commit of that process
-    /// is on disk (it released the lock only then) or lost with it (it died), so the file's
-    /// newest meta is the state to build on; it is synced first unless the lock file says it
-    /// is durable.
+    /// Caller holds the cross-process writer lock and the in-process one (`w`). If another
+    /// process committed since this process's newest commit, rebuild the writer's state from
+    /// the file. Every commit of that process is on disk (it released the lock only then) or
+    /// lost with it (it died), so the file's newest meta is the state to build on; it is
+    /// synced first unless the lock file says it is durable.
     ///
     /// A writer killed between writing its meta and publishing it leaves the lock file naming
-    /// the commit before, so on a fresh take the file's newest meta is checked too, unless no
-    /// other process took the lock since this one last held it (the lock file counts takes).
-    /// That meta is whole (its pages reached the page cache first), a process opening the file
-    /// now takes it, and pages it reaches are not free.
-    pub(crate) fn reload_if_changed(&self, w: &mut WriterState, fresh: bool) -> Result<()> {
+    /// the commit before, so the file's newest meta is checked too, unless no other process
+    /// took the lock since this one last checked (the lock file counts takes; every take of
+    /// this process that did not get here, the open's or a compaction switch's that gave up,
+    /// leaves the check due: `ProcessLock::taken_elsewhere`). That meta is whole (its pages
+    /// reached the page cache first), a process opening the file now takes it, and pages it
+    /// reaches are not free.
+    pub(crate) fn reload_if_changed(&self, w: &mut WriterState) -> Result<()> {
         let Some(lock) = self.lock() else {
             return Ok(());
         };
@@ -259,13 +260,15 @@ impl OpenFile {
             return Ok(());
         }
         let published_newer = k.is_some_and(|k| k > known);
-        // Only a take by another process since this one's last can have left an unpublished
-        // meta (the lock file counts takes): a single writing process skips the reads.
-        if !(published_newer || (fresh && lock.taken_elsewhere())) {
+        // Only a take by another process since this one last looked can have left an
+        // unpublished meta (the lock file counts takes): a single writing process skips the
+        // reads. Not only on a fresh take: a check that failed may have kept the lock.
+        if !(published_newer || lock.taken_elsewhere()) {
             return Ok(());
         }
         let meta = self.pager.read_newest_meta()?;
         if !published_newer && meta.txid <= known {
+            lock.checked();
             return Ok(());
         }
         if lock.file.durable_txid().is_none_or(|d| d < meta.txid) {
@@ -303,6 +306,7 @@ impl OpenFile {
         if meta.txid > self.readers.published() {
             self.publish(meta);
         }
+        lock.checked();
         Ok(())
     }
 

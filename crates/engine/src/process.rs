@@ -39,6 +39,12 @@ pub(crate) struct ProcessLock {
     /// the in-process writer lock of the current file (so no transaction of this process runs
     /// without it).
     held: AtomicBool,
+    /// Another attachment may have written the data file since this process last compared
+    /// its state with the file's newest meta: set by a take of the writer lock that the lock
+    /// file says followed another attachment's take (and from the start), cleared only by
+    /// that comparison (`OpenFile::reload_if_changed`). A take that does not compare (the
+    /// open's, a compaction switch given up) must not make the next one skip it.
+    unchecked: AtomicBool,
     /// Serialises catching up with other processes' commits.
     pub catch_up: Mutex<()>,
 }
@@ -48,6 +54,7 @@ impl ProcessLock {
         ProcessLock {
             file,
             held: AtomicBool::new(false),
+            unchecked: AtomicBool::new(true),
             catch_up: Mutex::new(()),
         }
     }
@@ -61,15 +68,23 @@ impl ProcessLock {
         if !self.file.acquire_writer(wait)? {
             return Ok(false);
         }
+        if self.file.writer_taken_elsewhere() {
+            self.unchecked.store(true, Ordering::Release);
+        }
         self.held.store(true, Ordering::Release);
         Ok(true)
     }
 
-    /// Caller just took the writer lock (`acquire` returned `true` and it was not held
-    /// before): may another process have written the data file since this one last held it?
-    /// Without that, this process's state is the file's and nothing needs reading.
+    /// Caller holds the writer lock: may another process have written the data file since
+    /// this one last compared its state with the file? Without that, this process's state is
+    /// the file's and nothing needs reading.
     pub(crate) fn taken_elsewhere(&self) -> bool {
-        self.file.writer_taken_elsewhere()
+        self.unchecked.load(Ordering::Acquire)
+    }
+
+    /// Caller holds the writer lock and has just made this process's state the file's newest.
+    pub(crate) fn checked(&self) {
+        self.unchecked.store(false, Ordering::Release);
     }
 
     /// Does this process hold the writer lock?

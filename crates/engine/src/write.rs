@@ -161,11 +161,10 @@ impl Txn {
         db.pager.check_writable()?;
         if let Some(lock) = db.lock() {
             // One writer across processes; then catch up with what other processes wrote.
-            let fresh = !lock.held();
             if !lock.acquire(wait)? {
                 return Err(busy());
             }
-            if let Err(e) = db.reload_if_changed(&mut writer, fresh) {
+            if let Err(e) = db.reload_if_changed(&mut writer) {
                 db.release_writer_if_on_disk();
                 return Err(e);
             }
