@@ -10,8 +10,8 @@
 //!
 //! `<db path>-lock`, mapped `MAP_SHARED`, native byte order (the file never leaves the machine):
 //! a 128-byte header ([`LOCK_MAGIC`], [`LOCK_VERSION`], slot counts, the layout size, a
-//! generation counter, the newest committed and durable txids, a count of writer-lock takes),
-//! then `process_slots` slots of 64 bytes (one
+//! generation counter, the newest committed and durable txids, a count of writer-lock takes,
+//! the reader slots' high-water mark), then `process_slots` slots of 64 bytes (one
 //! per attached [`LockFile`]), then `reader_slots` slots of 64 bytes (one per claimed
 //! [`SlotHandle`]). A slot is `owner` (a nonzero nonce naming the `LockFile` that claimed it; 0
 //! = free), `txid` (0 = idle, otherwise the snapshot txid + 1, so snapshot 0 can be held) and
@@ -83,7 +83,7 @@ use crate::TxId;
 /// The first eight bytes of a lock file.
 pub const LOCK_MAGIC: u64 = u64::from_ne_bytes(*b"larchlk\0");
 /// The lock file layout this build reads and writes.
-pub const LOCK_VERSION: u32 = 2;
+pub const LOCK_VERSION: u32 = 3;
 /// Reader slots a lock file gets by default (LMDB's default is 126 too).
 pub const DEFAULT_READER_SLOTS: u32 = 254;
 /// Process slots a lock file gets by default: processes attached at once.
@@ -275,6 +275,9 @@ struct Header {
     /// How many times any process took the writer lock since the lock file was initialised
     /// (each taker adds one while it holds the lock, before it writes anything).
     writer_takes: AtomicU64,
+    /// One past the highest reader slot ever claimed since the lock file was initialised:
+    /// slots at or past it have never held a snapshot, so a scan stops there.
+    reader_high_water: AtomicU64,
 }
 
 /// One slot, as laid out in the file.
@@ -602,6 +605,14 @@ impl Inner {
             {
                 slot.txid.store(0, Ordering::SeqCst);
                 slot.pid.store(self.pid, Ordering::Relaxed);
+                if reader {
+                    // Before any snapshot is stored in the slot (SeqCst, as the reader
+                    // protocol's stores): see `LockFile::oldest_reader`.
+                    self.map
+                        .header()
+                        .reader_high_water
+                        .fetch_max(i as u64 + 1, Ordering::SeqCst);
+                }
                 return Ok(Some(i));
             }
             let _ = ofd_lock(&self.file, libc::F_UNLCK, byte, false);
@@ -879,8 +890,21 @@ impl LockFile {
 
     /// The oldest snapshot any reader slot holds, in any process (dead ones included until
     /// cleared). SeqCst loads only: no system call.
+    ///
+    /// Only slots below the claimed high-water mark are read. A claimer raises the mark
+    /// (SeqCst) before its reader stores a snapshot in the slot, so a scan that loads the mark
+    /// before that raise precedes the reader's store (2) and re-check (3) of the reader
+    /// protocol, and like any scan that precedes the store, comes after the writer's
+    /// publication: the reader's re-check sees the newest commit (module docs).
     pub fn oldest_reader(&self) -> Option<TxId> {
-        (0..self.inner.layout.reader_slots)
+        let n = self
+            .inner
+            .map
+            .header()
+            .reader_high_water
+            .load(Ordering::SeqCst)
+            .min(self.inner.layout.reader_slots as u64) as u32;
+        (0..n)
             .map(|i| self.inner.reader(i).txid.load(Ordering::SeqCst))
             .filter(|&t| t != 0)
             .min()
@@ -1317,6 +1341,35 @@ mod tests {
         h[24..32].copy_from_slice(&1u64.to_ne_bytes());
         assert!(matches!(validate(&h, layout.size()), Err(Bad::Invalid(_))));
         assert!(validate(&[0u8; LOCK_HEADER_SIZE], 1 << 20).is_err());
+    }
+
+    #[test]
+    fn the_oldest_reader_scan_reaches_every_claimed_slot_below_the_high_water_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db(&dir);
+        let a = LockFile::open(&path, true).unwrap();
+        let b = LockFile::open(&path, true).unwrap();
+        let mut held: Vec<_> = (0..5).map(|_| a.claim_slot().unwrap()).collect();
+        let last = b.claim_slot().unwrap();
+        assert_eq!(last.index(), 5);
+        assert_eq!(b.oldest_reader(), None);
+        // The highest slot, claimed by another attachment, is the only one in use.
+        last.begin(7);
+        assert_eq!(a.oldest_reader(), Some(7));
+        held[4].begin(9);
+        assert_eq!(b.oldest_reader(), Some(7));
+        last.end();
+        assert_eq!(b.oldest_reader(), Some(9));
+        // Freed slots below the mark are claimed again and still scanned.
+        held.truncate(2);
+        let again = b.claim_slot().unwrap();
+        assert!(again.index() < 5);
+        again.begin(3);
+        assert_eq!(a.oldest_reader(), Some(3));
+        drop(again);
+        drop(held);
+        drop(last);
+        assert_eq!(a.oldest_reader(), None);
     }
 
     #[test]
