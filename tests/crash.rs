@@ -25,7 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use larch::{Db, Durability, Options, Policy};
+use larch::{Db, Durability, LeafOverflows, Options, Policy};
 
 /// What every `Recording` of one run shares, across closes and reopens: the trace (so its ops
 /// stay continuous and a cut can land anywhere) and the fault plan.
@@ -323,6 +323,11 @@ struct Coverage {
     /// Writes of a whole 1 MiB chunk: commits of more dirty pages than a commit encodes
     /// before it writes them (write.rs, `WRITE_CHUNK_BYTES`).
     chunked_writes: usize,
+    /// Overfull leaves of committed transactions that shared their entries with a sibling the
+    /// transaction had already copied, and with a committed one (redistribute.rs).
+    leaf_shares: [u64; 2],
+    /// Two full siblings cut into three leaves.
+    three_from_two: u64,
 }
 
 impl Coverage {
@@ -343,6 +348,18 @@ impl Coverage {
         self.pairs += o.pairs;
         self.appends += o.appends;
         self.chunked_writes += o.chunked_writes;
+        for i in 0..2 {
+            self.leaf_shares[i] += o.leaf_shares[i];
+        }
+        self.three_from_two += o.three_from_two;
+    }
+
+    /// Count how the overfull leaves of a committed transaction made room (`Db::leaf_overflows`
+    /// before it began and after it committed).
+    fn leaf_overflows(&mut self, before: LeafOverflows, after: LeafOverflows) {
+        self.leaf_shares[0] += after.shared_with_dirty - before.shared_with_dirty;
+        self.leaf_shares[1] += after.shared_with_clean - before.shared_with_clean;
+        self.three_from_two += after.three_from_two - before.three_from_two;
     }
 }
 
@@ -455,6 +472,7 @@ impl Driver {
         for attempt in 0..4 {
             let working = apply_model(&self.committed, steps);
             let db = self.db.as_ref().unwrap();
+            let leaves_before = db.leaf_overflows();
             let mut tx = db.begin_write().unwrap();
             let txid = tx.txid();
             self.event(format!(
@@ -479,6 +497,8 @@ impl Driver {
                         .insert(txid, working.clone());
                     match tx.commit() {
                         Ok(()) => {
+                            let leaves = db.leaf_overflows();
+                            self.coverage.leaf_overflows(leaves_before, leaves);
                             self.coverage.commits[match d {
                                 Durability::Sync => 0,
                                 Durability::NoMetaSync => 1,
@@ -1489,7 +1509,9 @@ fn random_workloads_survive_random_cuts() {
                 && c.remove_ranges > 0
                 && c.pairs > 0
                 && c.appends > 0
-                && c.chunked_writes > 0,
+                && c.chunked_writes > 0
+                && c.leaf_shares.iter().all(|&n| n > 0)
+                && c.three_from_two > 0,
             "the generator no longer makes every case: {c:?}"
         );
     }
