@@ -25,7 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use larch::{Db, Durability, Options, Policy};
+use larch::{Db, Durability, LeafOverflows, Options, Policy};
 
 /// What every `Recording` of one run shares, across closes and reopens: the trace (so its ops
 /// stay continuous and a cut can land anywhere) and the fault plan.
@@ -323,6 +323,20 @@ struct Coverage {
     /// Writes of a whole 1 MiB chunk: commits of more dirty pages than a commit encodes
     /// before it writes them (write.rs, `WRITE_CHUNK_BYTES`).
     chunked_writes: usize,
+    /// Overfull leaves of committed transactions that shared their entries with a sibling the
+    /// transaction had already copied, and with a committed one (redistribute.rs).
+    leaf_shares: [u64; 2],
+    /// Two full siblings cut into three leaves.
+    three_from_two: u64,
+    /// db.sync() calls that made a run of Async commits durable (nothing else since the last
+    /// fdatasync), by the parity of `durable_points` and by the fdatasyncs they took (1, 2, 3
+    /// or more; `Db::io_stats`): at odd parity one when the run is listed in the newest meta
+    /// (durability.rs, one_fsync_possible), more when it is too long for a meta page (Batch's
+    /// run count: rare, 6 in 300 seeds, so not required); at even parity two (the commit
+    /// before takes the other slot) or more.
+    durable_point_syncs: [[usize; 3]; 2],
+    /// Async commits that synced: durable points forced by `max_unsynced_bytes`.
+    forced_durable_points: usize,
 }
 
 impl Coverage {
@@ -343,6 +357,24 @@ impl Coverage {
         self.pairs += o.pairs;
         self.appends += o.appends;
         self.chunked_writes += o.chunked_writes;
+        for i in 0..2 {
+            self.leaf_shares[i] += o.leaf_shares[i];
+        }
+        self.three_from_two += o.three_from_two;
+        for p in 0..2 {
+            for n in 0..3 {
+                self.durable_point_syncs[p][n] += o.durable_point_syncs[p][n];
+            }
+        }
+        self.forced_durable_points += o.forced_durable_points;
+    }
+
+    /// Count how the overfull leaves of a committed transaction made room (`Db::leaf_overflows`
+    /// before it began and after it committed).
+    fn leaf_overflows(&mut self, before: LeafOverflows, after: LeafOverflows) {
+        self.leaf_shares[0] += after.shared_with_dirty - before.shared_with_dirty;
+        self.leaf_shares[1] += after.shared_with_clean - before.shared_with_clean;
+        self.three_from_two += after.three_from_two - before.three_from_two;
     }
 }
 
@@ -358,6 +390,9 @@ struct Driver {
     last_txid: u64,
     acks: Vec<(usize, u64, Durability)>,
     coverage: Coverage,
+    /// Async commits since the engine's last fdatasync, if nothing else happened since
+    /// (for `Coverage::durable_point_syncs`).
+    async_run: Option<usize>,
 }
 
 impl Driver {
@@ -446,6 +481,7 @@ impl Driver {
         self.committed = want;
         self.last_txid = txid;
         self.db = Some(db);
+        self.async_run = Some(0);
         self.event(format!("reopened at txid {txid}"));
     }
 
@@ -455,6 +491,8 @@ impl Driver {
         for attempt in 0..4 {
             let working = apply_model(&self.committed, steps);
             let db = self.db.as_ref().unwrap();
+            let leaves_before = db.leaf_overflows();
+            let syncs_before = db.io_stats().syncs;
             let mut tx = db.begin_write().unwrap();
             let txid = tx.txid();
             self.event(format!(
@@ -479,6 +517,19 @@ impl Driver {
                         .insert(txid, working.clone());
                     match tx.commit() {
                         Ok(()) => {
+                            let leaves = db.leaf_overflows();
+                            self.coverage.leaf_overflows(leaves_before, leaves);
+                            let synced = db.io_stats().syncs > syncs_before;
+                            self.async_run = match d {
+                                Durability::Async if synced => {
+                                    self.coverage.forced_durable_points += 1;
+                                    Some(0)
+                                }
+                                Durability::Async => self.async_run.map(|n| n + 1),
+                                Durability::Sync => Some(0),
+                                // Its meta is written, not synced: the next point differs.
+                                Durability::NoMetaSync => None,
+                            };
                             self.coverage.commits[match d {
                                 Durability::Sync => 0,
                                 Durability::NoMetaSync => 1,
@@ -494,6 +545,7 @@ impl Driver {
                 }
             };
             let on = self.fired("commit", &e);
+            self.async_run = None;
             // A failed sync or meta write poisons the handle (the meta may be on disk).
             let poisoned = db.begin_read().is_err();
             assert!(on != Call::Sync || poisoned, "a failed sync did not poison");
@@ -542,29 +594,40 @@ impl Driver {
         }
     }
 
-    /// Count a db.sync() or close about to make commits durable, by their number's parity.
-    fn durable_point(&mut self) {
+    /// Count a db.sync() or close about to make commits durable, by their number's parity
+    /// (returned, if there are any).
+    fn durable_point(&mut self) -> Option<usize> {
         let k = self.shared.len();
         let durable = {
             let ops = self.shared.ops.lock().unwrap();
             min_durable(&self.acks, &ops, k)
         };
         if self.last_txid > durable {
-            self.coverage.durable_points[((self.last_txid - durable) % 2) as usize] += 1;
+            let parity = ((self.last_txid - durable) % 2) as usize;
+            self.coverage.durable_points[parity] += 1;
+            return Some(parity);
         }
+        None
     }
 
     fn sync(&mut self) {
         self.event("db.sync()".into());
-        self.durable_point();
+        let parity = self.durable_point();
         for _attempt in 0..4 {
+            let syncs = self.db().io_stats().syncs;
             match self.db().sync() {
                 Ok(()) => {
+                    let took = (self.db().io_stats().syncs - syncs) as usize;
+                    if let (Some(p), Some(1..), 1..) = (parity, self.async_run, took) {
+                        self.coverage.durable_point_syncs[p][took.min(3) - 1] += 1;
+                    }
+                    self.async_run = Some(0);
                     let done = self.shared.len();
                     self.acks.push((done, self.last_txid, Durability::Sync));
                     return;
                 }
                 Err(e) => {
+                    self.async_run = None;
                     let on = self.fired("sync", &e);
                     if on == Call::Sync || self.db().begin_read().is_err() {
                         self.coverage.reopens_after_failure += 1;
@@ -579,7 +642,7 @@ impl Driver {
 
     fn close(&mut self) {
         self.event("close".into());
-        self.durable_point();
+        let _ = self.durable_point();
         self.coverage.closes += 1;
         // Dropping the last handle makes every commit durable (its errors go nowhere: the
         // fault plan says whether one happened).
@@ -596,6 +659,7 @@ impl Driver {
     fn compact(&mut self) {
         self.event("compact".into());
         self.coverage.compactions += 1;
+        self.async_run = None;
         let r = self.db().compact();
         if let Err(e) = &r {
             let on = self.fired("compact", e);
@@ -640,6 +704,7 @@ fn run(steps: &[Step], opts: Options) -> Trace {
         last_txid: 0,
         acks: Vec::new(),
         coverage: Coverage::default(),
+        async_run: Some(0),
     };
     d.db = Some(d.open());
     // Data steps of the open transaction: applied when it ends (nothing else runs meanwhile).
@@ -1489,7 +1554,12 @@ fn random_workloads_survive_random_cuts() {
                 && c.remove_ranges > 0
                 && c.pairs > 0
                 && c.appends > 0
-                && c.chunked_writes > 0,
+                && c.chunked_writes > 0
+                && c.leaf_shares.iter().all(|&n| n > 0)
+                && c.three_from_two > 0
+                && c.durable_point_syncs[1][0] > 0
+                && c.durable_point_syncs[0][1] > 0
+                && c.forced_durable_points > 0,
             "the generator no longer makes every case: {c:?}"
         );
     }

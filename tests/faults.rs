@@ -3,7 +3,10 @@
 //! failed sync poisons the handle, and the file reopens at a whole committed state.
 //!
 //! Each case sweeps the fault over every operation of the failing commit (the k-th write, the
-//! k-th sync, the k-th resize) until the commit no longer reaches k.
+//! k-th sync, the k-th resize) until the commit no longer reaches k. The calls that do not
+//! fail reach the real storage of the case's write mode (pwritev, the writable map, or
+//! Hybrid's map for Async pages), so a sweep under a mode runs that mode's own writes, growth
+//! and syncs around the fault.
 //! A real disk-full test (RLIMIT_FSIZE in a child process) closes the file.
 
 use std::collections::BTreeMap;
@@ -11,8 +14,8 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use larch::{Db, Durability, Options, WriteMode};
-use larch_testkit::recording::{self, open_rw, Call, FaultPlan, IoLog, Recording};
+use larch::{Db, Durability, FileStorage, Options, Storage, WriteMode};
+use larch_testkit::recording::{self, open_rw, Call, FaultPlan};
 
 #[derive(Clone, Copy, Debug)]
 struct Fault {
@@ -70,11 +73,81 @@ impl FaultPlan for Planned {
     }
 }
 
-/// Open `path` on a storage that fails calls as the returned plan says (what it records is
-/// not looked at here).
+/// The real storage of a write mode, with the calls a plan picks failing before they reach
+/// it. A store through the map cannot fail with an error (an I/O error under it raises
+/// SIGBUS), so a fault on a deferred write stands for the errors that path can return: the
+/// fstat of its end-of-file guard, or an mmap that fails.
+#[derive(Debug)]
+struct Faulty {
+    inner: FileStorage,
+    plan: Arc<Planned>,
+}
+
+impl Faulty {
+    fn write(&self, offset: u64, bufs: &[&[u8]], deferred: bool) -> io::Result<()> {
+        let go = |bufs: &[&[u8]]| {
+            if deferred {
+                self.inner.write_deferred(offset, bufs)
+            } else {
+                self.inner.write_at(offset, bufs)
+            }
+        };
+        match self.plan.fault(Call::Write) {
+            None => go(bufs),
+            Some(recording::Fault::Fail(e)) => Err(e),
+            Some(recording::Fault::Short(e)) => {
+                let data = bufs.concat();
+                go(&[&data[..data.len() / 2]])?;
+                Err(e)
+            }
+        }
+    }
+
+    fn fail(&self, call: Call) -> io::Result<()> {
+        match self.plan.fault(call) {
+            Some(recording::Fault::Fail(e) | recording::Fault::Short(e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Storage for Faulty {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.fail(Call::SetLen)?;
+        self.inner.set_len(len)
+    }
+
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.write(offset, bufs, false)
+    }
+
+    fn write_deferred(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.write(offset, bufs, true)
+    }
+
+    /// Nothing here cuts power, so a sync that does not fail does nothing: a real fdatasync
+    /// per commit made the sweeps fifty times slower and checked nothing more.
+    fn sync(&self) -> io::Result<()> {
+        self.fail(Call::Sync)
+    }
+
+    fn file(&self) -> &std::fs::File {
+        self.inner.file()
+    }
+}
+
+/// Open `path` on the real storage of `opts`' write mode, failing calls as the returned plan
+/// says.
 fn open_faulty(path: &Path, opts: Options) -> (Db, Arc<Planned>) {
     let plan = Arc::new(Planned::default());
-    let storage = Recording::new(open_rw(path), &IoLog::default()).faults(plan.clone());
+    let storage = Faulty {
+        inner: FileStorage::new(open_rw(path), opts.get_write_mode()),
+        plan: plan.clone(),
+    };
     let db = Db::open_with_storage(path, Box::new(storage), opts).unwrap();
     (db, plan)
 }
@@ -131,12 +204,26 @@ fn apply(db: &Db, changes: &[(Vec<u8>, Vec<u8>)], d: Durability) -> larch::Resul
     tx.commit()
 }
 
-/// Commit a few rounds, then make round 3 fail at the armed fault; check what the engine says
-/// and what the file holds after reopening. Returns false once the fault no longer fires
-/// (the sweep is past the last operation of that kind in the commit).
-fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync: bool) -> bool {
+/// How the commits before the faulted one are made: Sync, or (`lead`) as the faulted one, so
+/// that under Async in the map modes their pages too are stores through the map, unsynced
+/// when the fault hits.
+#[derive(Clone, Copy, Debug)]
+struct Lead(Durability);
+
+/// Commit a few rounds (with `lead`'s durability), then make round 3 fail at the armed fault;
+/// check what the engine says and what the file holds after reopening. Returns false once the
+/// fault no longer fires (the sweep is past the last operation of that kind in the commit),
+/// after checking that the commit went through whole.
+fn one_case(
+    dir: &Path,
+    fault: Fault,
+    d: Durability,
+    mode: WriteMode,
+    one_fsync: bool,
+    lead: Lead,
+) -> bool {
     let path = dir.join(format!(
-        "f-{:?}-{}-{}-{}-{one_fsync}.larch",
+        "f-{:?}-{}-{}-{}-{one_fsync}-{lead:?}.larch",
         fault.kind, fault.at, fault.errno, fault.short
     ));
     let _ = std::fs::remove_file(&path);
@@ -148,7 +235,7 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
     let mut model = Model::new();
     for round in 0..3 {
         let b = batch(round);
-        apply(&db, &b, Durability::Sync).unwrap();
+        apply(&db, &b, lead.0).unwrap();
         model.extend(b);
     }
     let before = model.clone();
@@ -164,6 +251,24 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
     after.extend(b.clone());
     if !fired {
         result.unwrap();
+        assert_eq!(
+            contents(&db),
+            after,
+            "{fault:?}: the commit that did not fail"
+        );
+        db.check()
+            .unwrap_or_else(|e| panic!("{fault:?}: check after the commit: {e}"));
+        // Disarmed: the close's own writes are past the commit's.
+        plan.lock().unwrap().fault = None;
+        drop(db);
+        let db = Db::open(&path, opts).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("{fault:?}: check after a clean close: {e}"));
+        assert_eq!(
+            contents(&db),
+            after,
+            "{fault:?}: reopened after a clean close"
+        );
         return false;
     }
     let err = result.expect_err("a commit whose I/O failed must report it");
@@ -230,10 +335,11 @@ fn one_case(dir: &Path, fault: Fault, d: Durability, mode: WriteMode, one_fsync:
 }
 
 fn sweep(kind: Call, errno: i32, short: bool, d: Durability, mode: WriteMode) -> usize {
-    sweep_with(kind, errno, short, d, mode, true)
+    sweep_with(kind, errno, short, d, mode, true, Lead(Durability::Sync))
 }
 
-/// `sweep`, choosing the Sync commit protocol (one fdatasync, or LMDB's two).
+/// `sweep`, choosing the Sync commit protocol (one fdatasync, or LMDB's two) and how the
+/// commits before the faulted one are made.
 fn sweep_with(
     kind: Call,
     errno: i32,
@@ -241,6 +347,7 @@ fn sweep_with(
     d: Durability,
     mode: WriteMode,
     one_fsync: bool,
+    lead: Lead,
 ) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let mut cases = 0;
@@ -258,13 +365,14 @@ fn sweep_with(
             d,
             mode,
             one_fsync,
+            lead,
         ) {
             break;
         }
         cases += 1;
     }
     eprintln!(
-        "{kind:?} errno {errno} short {short} {d:?} {mode:?} one-fsync {one_fsync}: {cases} fault positions"
+        "{kind:?} errno {errno} short {short} {d:?} {mode:?} one-fsync {one_fsync} {lead:?}: {cases} fault positions"
     );
     cases
 }
@@ -286,8 +394,18 @@ fn eio_on_any_write_fails_the_commit_and_keeps_the_previous_state() {
         Durability::Sync,
         WriteMode::Pwrite,
         false,
+        Lead(Durability::Sync),
     );
     assert!(n >= 2, "two-sync commit: saw {n} writes");
+    // The map modes: every page of an Mmap commit, and an Async commit's pages under Hybrid
+    // (`write_deferred`), are stores through the writable map; the commits before the failed
+    // one are made the same way, so their stores are unsynced when it fails.
+    for mode in [WriteMode::Mmap, WriteMode::Hybrid] {
+        for d in [Durability::Sync, Durability::Async] {
+            let n = sweep_with(Call::Write, libc::EIO, false, d, mode, true, Lead(d));
+            assert!(n >= 2, "{mode:?} {d:?}: saw {n} writes");
+        }
+    }
 }
 
 #[test]
@@ -327,6 +445,7 @@ fn eio_on_fdatasync_poisons_the_handle_and_reopen_finds_a_whole_state() {
         Durability::Sync,
         WriteMode::Pwrite,
         false,
+        Lead(Durability::Sync),
     );
     assert!(n >= 2, "the two-sync commit failed at {n} syncs, not both");
 }
@@ -334,10 +453,17 @@ fn eio_on_fdatasync_poisons_the_handle_and_reopen_finds_a_whole_state() {
 #[test]
 fn eio_on_db_sync_after_async_commits_poisons_the_handle() {
     let _serial = no_fork();
-    for one_fsync in [true, false] {
+    // Under Hybrid the Async commit's pages went through the map: the failed fdatasync is
+    // the one that would have written them back.
+    for (mode, one_fsync) in WriteMode::ALL
+        .into_iter()
+        .flat_map(|m| [(m, true), (m, false)])
+    {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.larch");
-        let opts = Options::default().one_fsync_commit(one_fsync);
+        let opts = Options::default()
+            .one_fsync_commit(one_fsync)
+            .write_mode(mode);
         drop(Db::open(&path, opts).unwrap());
         let (db, plan) = open_faulty(&path, opts);
         apply(&db, &batch(0), Durability::Sync).unwrap();
@@ -366,13 +492,13 @@ fn eio_on_db_sync_after_async_commits_poisons_the_handle() {
             // file holds it whole (its pages verified) or not at all.
             assert!(
                 got == before || got == after,
-                "one-fsync: reopened at a mix of states"
+                "{mode:?} one-fsync: reopened at a mix of states"
             );
         } else {
             // Pages are synced before any meta is written: the failed sync wrote no meta.
             assert!(
                 got == before,
-                "an Async commit whose sync failed must not survive as durable"
+                "{mode:?}: an Async commit whose sync failed must not survive as durable"
             );
         }
     }
@@ -386,7 +512,9 @@ fn real_file_size_limit_fails_commits_cleanly_and_keeps_acknowledged_data() {
         return fsize_child(Path::new(&path));
     }
     let _serial = FORK.write().unwrap_or_else(|e| e.into_inner());
-    for mode in ["pwrite", "mmap"] {
+    // Hybrid: three commits in four are Async, their pages stored through the writable map
+    // into space the growth allocated; the failing growth must be an error, not a SIGBUS.
+    for mode in ["pwrite", "mmap", "hybrid"] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("full.larch");
         let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -433,6 +561,7 @@ fn real_file_size_limit_fails_commits_cleanly_and_keeps_acknowledged_data() {
 fn fsize_child(path: &Path) {
     let mode = match std::env::var("LARCH_FSIZE_MODE").as_deref() {
         Ok("mmap") => WriteMode::Mmap,
+        Ok("hybrid") => WriteMode::Hybrid,
         _ => WriteMode::Pwrite,
     };
     // SAFETY (test-only FFI): ignore SIGXFSZ so exceeding the limit is an EFBIG error, and cap
@@ -449,12 +578,15 @@ fn fsize_child(path: &Path) {
     let mut n = 0u64;
     loop {
         let r = (|| {
-            let tx = db.begin_write()?;
+            let mut tx = db.begin_write()?;
             {
                 let mut t = tx.open_tree("t")?;
                 for i in n..n + 20 {
                     t.insert(&i.to_be_bytes(), &[i as u8; 3000])?;
                 }
+            }
+            if mode == WriteMode::Hybrid && n % 80 != 60 {
+                tx.set_durability(Durability::Async);
             }
             tx.commit()
         })();
@@ -475,4 +607,6 @@ fn fsize_child(path: &Path) {
     // Still usable for reads, and a smaller commit may still fit in preallocated space or not:
     // either way no corruption.
     db.check().unwrap();
+    // The acknowledged Async commits (hybrid) become durable without growing the file.
+    db.sync().unwrap();
 }

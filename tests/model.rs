@@ -1046,23 +1046,66 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
             // Every case ends with a check, then one more reopen.
             db.check().ck("at the end")?;
             verify_all(&db, &committed, "at the end")?;
+            tally(&db);
             drop(db);
             let db = Db::open(&path, opts).ck("final reopen")?;
             db.check().ck("after the final reopen")?;
             verify_all(&db, &committed, "after the final reopen")?;
             return Ok(());
         }
+        tally(&db);
         drop(db);
         session += 1;
     }
 }
 
+thread_local! {
+    /// How overfull leaves made room in this thread's cases so far (`Db::leaf_overflows`):
+    /// shared with a dirty sibling, with a clean one, three from two. A model test's cases
+    /// run on its own thread.
+    static LEAF_OVERFLOWS: std::cell::Cell<[u64; 3]> = const { std::cell::Cell::new([0; 3]) };
+}
+
+/// Count what a handle's overfull leaves did, before it is dropped.
+fn tally(db: &Db) {
+    let o = db.leaf_overflows();
+    LEAF_OVERFLOWS.with(|c| {
+        let [a, b, t] = c.get();
+        c.set([
+            a + o.shared_with_dirty,
+            b + o.shared_with_clean,
+            t + o.three_from_two,
+        ]);
+    });
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64)
+}
+
+/// Run `cases` (a proptest body) and require that, over the cases that ran, overfull leaves
+/// took each of the ways to share entries before splitting (redistribute.rs): the strategy
+/// reaches them under this configuration.
+fn with_leaf_overflows(name: &str, cases: impl FnOnce()) {
+    LEAF_OVERFLOWS.with(|c| c.set([0; 3]));
+    cases();
+    let [dirty, clean, three] = LEAF_OVERFLOWS.with(|c| c.get());
+    eprintln!("{name}: leaf shares with a dirty sibling {dirty}, a clean one {clean}, three from two {three}");
+    if self::cases() >= 32 {
+        assert!(
+            dirty > 0 && clean > 0 && three > 0,
+            "{name}: the strategy no longer reaches every way an overfull leaf shares: \
+             with a dirty sibling {dirty}, a clean one {clean}, three from two {three}"
+        );
+    }
+}
+
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(64),
+        cases: cases(),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "tests/model.proptest-regressions",
         ))),
@@ -1072,12 +1115,15 @@ fn config() -> ProptestConfig {
 
 macro_rules! model_test {
     ($name:ident, $policy:expr, $mode:expr, $page_size:expr) => {
-        proptest! {
-            #![proptest_config(config())]
-            #[test]
-            fn $name(ops in ops()) {
-                run(Config { policy: $policy, mode: $mode, page_size: $page_size }, &ops)?;
+        #[test]
+        fn $name() {
+            proptest! {
+                #![proptest_config(config())]
+                fn cases(ops in ops()) {
+                    run(Config { policy: $policy, mode: $mode, page_size: $page_size }, &ops)?;
+                }
             }
+            with_leaf_overflows(stringify!($name), cases);
         }
     };
 }

@@ -17,6 +17,7 @@ use crate::options::Options;
 use crate::process::{InodeClaim, ProcessLock};
 use crate::read::ReadTx;
 use crate::readers::ReaderTable;
+use crate::redistribute::LeafOverflows;
 use crate::view::View;
 use crate::write::WriteTx;
 
@@ -313,6 +314,7 @@ impl Db {
                 compaction: Default::default(),
                 fs,
                 snapshots: Default::default(),
+                leaf_overflows: Default::default(),
             }),
         };
         crate::autocompact::start_timer(&db.shared);
@@ -560,6 +562,12 @@ impl Db {
             background_flushes: c.background_flushes.load(Relaxed),
             commits,
         }
+    }
+
+    /// How the leaves that overflowed in this handle's write transactions made room (shared
+    /// with a sibling, three from two, or split in two). See [`LeafOverflows`] for an example.
+    pub fn leaf_overflows(&self) -> LeafOverflows {
+        self.shared.leaf_overflows.snapshot()
     }
 
     /// The file's path, resolved at open (absolute, no symlinks): where background compaction

@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     pub fs: Arc<dyn crate::fs::CompactionFs>,
     /// Each shard's last snapshot of `current`, so reads of an unchanged file share no lock.
     pub snapshots: SnapshotCache,
+    /// How overfull leaves made room (`Db::leaf_overflows`), across file switches.
+    pub leaf_overflows: crate::redistribute::LeafOverflowCounts,
 }
 
 impl Shared {

@@ -53,6 +53,7 @@ pub use larch_pager::{set_min_map_reservation, FileStorage, Storage};
 pub use options::{Advice, Durability, Options, Policy, WriteMode, DEFAULT_MAX_UNSYNCED_BYTES};
 pub use process::{clear_stale_readers, readers, ReaderSlot};
 pub use read::{OwnedReadTree, ReadTree, ReadTx};
+pub use redistribute::LeafOverflows;
 pub use stats::{Stats, TreeStats};
 pub use typed::{
     DecodeError, Key, MultimapTable, MultimapValues, OwnedEntry, OwnedReadMultimapTable,

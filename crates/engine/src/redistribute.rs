@@ -10,6 +10,8 @@
 //! end of a leaf (keys arriving in order) still splits it with the left part full, so
 //! in-order loads keep full pages. Measurements: docs/journal/2026-11-24-leaf-fill.md.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use larch_pager::{PageId, PageRole};
 
 use crate::error::Result;
@@ -37,16 +39,25 @@ impl Txn {
                 let mut sizes = self.leaf_entry_sizes(self.nodes[parent].children[l], role)?;
                 sizes.extend(self.leaf_entry_sizes(self.nodes[parent].children[r], role)?);
                 let cap = self.limits.capacity;
+                let dirty = matches!(self.nodes[parent].children[s], Child::Node(_));
+                let counts = &self.shared.leaf_overflows;
                 if let Some(cut) = even_cut(&sizes, cap) {
+                    counts.count(if dirty {
+                        &counts.shared_with_dirty
+                    } else {
+                        &counts.shared_with_clean
+                    });
                     return self.reshape(parent, l, r, &[cut]);
                 }
                 // Three leaves from two: only with a dirty sibling (see `sharing_sibling`).
-                let dirty = matches!(self.nodes[parent].children[s], Child::Node(_));
                 if let Some((a, b)) = thirds_cut(&sizes, cap).filter(|_| dirty) {
+                    counts.count(&counts.three_from_two);
                     return self.reshape(parent, l, r, &[a, b]);
                 }
             }
         }
+        let counts = &self.shared.leaf_overflows;
+        counts.count(&counts.split_in_two);
         let (sep, right) = self.split(c, at_end);
         self.nodes[parent].insert_child(i + 1, &sep, Child::Node(right));
         Ok(())
@@ -159,6 +170,66 @@ impl Txn {
         self.nodes[parent].set_key(r, &sep);
         Ok(())
     }
+}
+
+/// How [`Txn::leaf_overflow`] resolved the leaves that overflowed under a leaf's parent, in
+/// every transaction of a handle (committed or not): what [`crate::Db::leaf_overflows`] reads.
+#[derive(Debug, Default)]
+pub(crate) struct LeafOverflowCounts {
+    pub shared_with_dirty: AtomicU64,
+    pub shared_with_clean: AtomicU64,
+    pub three_from_two: AtomicU64,
+    pub split_in_two: AtomicU64,
+}
+
+impl LeafOverflowCounts {
+    fn count(&self, which: &AtomicU64) {
+        which.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> LeafOverflows {
+        LeafOverflows {
+            shared_with_dirty: self.shared_with_dirty.load(Relaxed),
+            shared_with_clean: self.shared_with_clean.load(Relaxed),
+            three_from_two: self.three_from_two.load(Relaxed),
+            split_in_two: self.split_in_two.load(Relaxed),
+        }
+    }
+}
+
+/// How the leaves that overflowed in a handle's write transactions (committed, aborted or
+/// rolled back alike) made room, since the handle was opened: a leaf under a branch that
+/// grows past its page shares its entries with a sibling, or two siblings become three, or
+/// it splits in two. A root leaf's split is not counted. For tests and benchmarks: which of
+/// the paths a workload takes. See [`crate::Db::leaf_overflows`].
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
+/// let tx = db.begin_write()?;
+/// let mut t = tx.open_tree("t")?;
+/// // Keys in random order, in one transaction: overfull leaves meet dirty siblings.
+/// for i in 0..3000u32 {
+///     t.insert(&i.wrapping_mul(2_654_435_761).to_be_bytes(), &[7; 100])?;
+/// }
+/// drop(t);
+/// tx.commit()?;
+/// let o = db.leaf_overflows();
+/// assert!(o.split_in_two > 0 && o.shared_with_dirty > 0 && o.three_from_two > 0);
+/// // Clean siblings are shared with only by later transactions.
+/// assert_eq!(o.shared_with_clean, 0);
+/// # Ok::<(), larch_engine::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeafOverflows {
+    /// Evened out with a sibling this transaction had already copied (no page written more).
+    pub shared_with_dirty: u64,
+    /// Evened out with a committed sibling (copied: one page written more).
+    pub shared_with_clean: u64,
+    /// Two full siblings, one of them dirty, cut into three leaves.
+    pub three_from_two: u64,
+    /// Split in two (no sibling could share, or the new entry was the leaf's last).
+    pub split_in_two: u64,
 }
 
 /// The most even cut of entries of `sizes` into two non-empty runs that each fit `cap`.

@@ -84,7 +84,7 @@ pub(crate) struct Txn {
     pub(crate) db: Arc<OpenFile>,
     /// The writer lock, held for the transaction's life.
     pub(crate) writer: ArcMutexGuard<RawMutex, WriterState>,
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) base: Arc<Snapshot>,
     /// Latest map: covers overflow runs this transaction wrote past the old end of file.
     pub(crate) map: Arc<Map>,
