@@ -1098,6 +1098,26 @@ fn rewind_lock_file(path: &Path, txid: u64) {
     lock.write_all_at(&(txid + 1).to_ne_bytes(), 48).unwrap();
 }
 
+/// A writer process that overwrites keys `0..keys` of tree "t" with `byte` in one NoMetaSync
+/// commit (a meta, no manifest) and is killed before publishing it: the lock file is rewound
+/// to name `published`, the commit before, as a kill between the meta write and the
+/// publication leaves it.
+fn writer_killed_before_publishing(path: &Path, byte: u8, keys: u32, published: u64) {
+    let mut b = spawn(
+        "overwrite",
+        path,
+        &[
+            ("LARCH_MP_BYTE", (byte as u64).to_string()),
+            ("LARCH_MP_DUR", "nometasync".into()),
+            ("LARCH_MP_NOW", "1".into()),
+            ("LARCH_MP_KEYS", keys.to_string()),
+        ],
+    );
+    b.expect("committed");
+    b.kill();
+    rewind_lock_file(path, published);
+}
+
 /// A writer process killed after writing its meta but before publishing it leaves the lock
 /// file naming the commit before. The next writer must build on the newest meta in the file,
 /// not on its own older state: pages that meta reaches are not free.
@@ -1127,18 +1147,7 @@ fn a_writer_after_one_killed_before_publishing_builds_on_the_file_s_newest_meta(
     );
     a.expect("ready");
     // B: commits t0 + 1 (NoMetaSync: no manifest) and dies before publishing it.
-    let mut b = spawn(
-        "overwrite",
-        &path,
-        &[
-            ("LARCH_MP_BYTE", (b'b' as u64).to_string()),
-            ("LARCH_MP_DUR", "nometasync".into()),
-            ("LARCH_MP_NOW", "1".into()),
-        ],
-    );
-    b.expect("committed");
-    b.kill();
-    rewind_lock_file(&path, t0);
+    writer_killed_before_publishing(&path, b'b', 200, t0);
     // A writes (Async: pages only) and dies too.
     assert_eq!(a.say_and("go", "committed"), "committed");
     a.kill();
@@ -1186,19 +1195,7 @@ fn a_writer_retaking_the_lock_rereads_the_file_only_after_another_process_wrote(
         }
         let ta = db.begin_read().unwrap().txid();
         // Another process commits ta + 1 (NoMetaSync: no manifest) and dies before publishing.
-        let mut b = spawn(
-            "overwrite",
-            &path,
-            &[
-                ("LARCH_MP_BYTE", (b'b' as u64).to_string()),
-                ("LARCH_MP_DUR", "nometasync".into()),
-                ("LARCH_MP_NOW", "1".into()),
-                ("LARCH_MP_KEYS", b_keys.to_string()),
-            ],
-        );
-        b.expect("committed");
-        b.kill();
-        rewind_lock_file(&path, ta);
+        writer_killed_before_publishing(&path, b'b', b_keys, ta);
         if then == "write" {
             let tx = db.begin_write().unwrap();
             let t = tx.open_tree("t").unwrap();
@@ -1290,18 +1287,7 @@ fn a_background_compaction_taking_the_lock_after_a_dead_writer_keeps_its_commit(
         }
         let ta = db.begin_read().unwrap().txid();
         // Another process commits ta + 1 and dies before publishing it.
-        let mut b = spawn(
-            "overwrite",
-            &path,
-            &[
-                ("LARCH_MP_BYTE", (b'z' as u64).to_string()),
-                ("LARCH_MP_DUR", "nometasync".into()),
-                ("LARCH_MP_NOW", "1".into()),
-            ],
-        );
-        b.expect("committed");
-        b.kill();
-        rewind_lock_file(&path, ta);
+        writer_killed_before_publishing(&path, b'z', 200, ta);
         fs.fail.store(then == "abandoned", SeqCst);
         // A sync looks at the threshold: a compaction runs to its switch.
         let before = fs.renames.load(SeqCst);

@@ -1031,6 +1031,20 @@ mod image_tests {
         page
     }
 
+    /// A branch page of `keys` (as many as fit), children 500, 501, ...
+    fn branch_page(keys: &std::collections::BTreeSet<Vec<u8>>) -> Vec<u8> {
+        let mut node = Node::empty(9, false, PageRole::Data);
+        for (i, k) in keys.iter().enumerate() {
+            if node.size + Node::branch_entry_size(k) > PS - PAGE_HEADER_SIZE {
+                break;
+            }
+            node.push_child(k, Child::Page(500 + i as u64));
+        }
+        let mut page = Vec::new();
+        node.encode(&mut page, PS, 3, |_| 0);
+        page
+    }
+
     fn apply(n: &mut Node, e: &Edit) {
         match e {
             Edit::Insert(k, v, o) => {
@@ -1136,16 +1150,7 @@ mod image_tests {
             let mut page = if leaf {
                 leaf_page(&keys, vlen)
             } else {
-                let mut node = Node::empty(9, false, PageRole::Data);
-                for (i, k) in keys.iter().enumerate() {
-                    if node.size + Node::branch_entry_size(k) > PS - PAGE_HEADER_SIZE {
-                        break;
-                    }
-                    node.push_child(k, Child::Page(500 + i as u64));
-                }
-                let mut page = Vec::new();
-                node.encode(&mut page, PS, 3, |_| 0);
-                page
+                branch_page(&keys)
             };
             // Slots and the lowest cells' headers (high bytes of offsets and lengths too).
             for (at, front, byte) in damage {
@@ -1193,15 +1198,7 @@ mod image_tests {
             keys in prop::collection::btree_set(prop::collection::vec(any::<u8>(), 1..40), 1..120),
             dirty in prop::collection::vec(any::<usize>(), 0..8),
         ) {
-            let mut node = Node::empty(9, false, PageRole::Data);
-            for (i, k) in keys.iter().enumerate() {
-                if node.size + Node::branch_entry_size(k) > PS - PAGE_HEADER_SIZE {
-                    break;
-                }
-                node.push_child(k, Child::Page(500 + i as u64));
-            }
-            let mut page = Vec::new();
-            node.encode(&mut page, PS, 3, |_| 0);
+            let page = branch_page(&keys);
             let parsed = NodePage::parse(9, &page, PageRole::Data).unwrap();
             let mut fast = Node::decode(&parsed, 9, PageRole::Data).unwrap();
             prop_assert!(fast.image);
