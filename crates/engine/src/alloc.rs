@@ -5,8 +5,13 @@
 //! a committed page stays pending under the transaction's txid (or reader-pinned, unpinned.rs)
 //! until no reader and no crash fallback can reach it (docs/format.md, invariant 1).
 
-use crate::write::Txn;
+use crate::node::Child;
+use crate::write::{Txn, FREEMAP};
 use crate::{PageId, TxId};
+
+/// The most pages a commit's hot run may take past the high-water mark (within the file's
+/// length), once per open file, when the free set has no run for it (`Txn::gather_hot_pages`).
+const HOT_RUN_GROWTH_MAX: u64 = 8;
 
 /// What to undo if the transaction does not commit.
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +29,13 @@ pub(crate) enum Undo {
 impl Txn {
     /// `n` contiguous pages this transaction may write.
     pub(crate) fn alloc(&mut self, n: u64) -> PageId {
+        if n == 1 && self.active == FREEMAP {
+            // Taken at commit next to the hot run (`Txn::gather_hot_pages`).
+            if let Some(p) = self.freemap_slots.pop_front() {
+                self.freemap_changes.insert(p, false);
+                return p;
+            }
+        }
         let got = if self.compacting {
             self.writer.free.policy.allocate_lowest(n)
         } else {
@@ -94,6 +106,7 @@ impl Txn {
     pub(crate) fn rollback(&mut self) {
         self.undo_to(0, self.base.meta.high_water);
         self.held_fresh.clear();
+        self.freemap_slots.clear();
         self.park();
         for t in &mut self.trees {
             t.nodes.clear();
@@ -132,6 +145,134 @@ impl Txn {
         }
         free.policy.truncate(high_water);
         self.high_water = high_water;
+    }
+
+    /// Move the commit's hot dirty nodes (the root of every changed tree, the catalog's
+    /// included: the next commit copies them again) to one run of pages, followed by the
+    /// slots for the free map's first copied nodes (`freemap_slots`: its root and the leaves
+    /// that hold the chunks of this hot run and the last one, which the next commit copies
+    /// again too; `hot_chunks`); the other dirty nodes take single pages as before (lowest
+    /// first). True if any node moved.
+    ///
+    /// The next commit frees the whole hot run, and the one after it (once that is durable and
+    /// no reader holds it) finds it free and takes it again, so two runs take turns and a
+    /// one-key commit writes its root, catalog and free-map pages in one call, without the
+    /// file growing. The run is the shortest free one that holds it, else the longest and so
+    /// on ([`larch_freelist::ExtentSet::take_runs`]). Once per open file, when the free set has
+    /// no run for it, it is taken past the high-water mark instead if the file already has
+    /// room there (at most `HOT_RUN_GROWTH_MAX` pages), which starts the turns.
+    ///
+    /// Nodes get their pages one at a time as they are copied; nothing is written on those
+    /// pages before the commit, so they go back to the reusable set and are taken again.
+    /// Called at commit after the catalog's roots are stored (a root's page may change: the
+    /// caller stores them again) and before the free map is saved (it records the exchange;
+    /// the caller frees the slots it did not use). Only for policies that hand out runs, and
+    /// not while compacting in place, which wants the lowest pages.
+    pub(crate) fn gather_hot_pages(&mut self) -> bool {
+        if self.compacting || !self.writer.free.policy.hands_out_runs() {
+            return false;
+        }
+        self.park();
+        // (cold, tree, page, node): hot first, catalog first, then by page.
+        let mut order: Vec<(bool, usize, PageId, usize)> = Vec::new();
+        for (t, tree) in self.trees.iter().enumerate() {
+            if t == FREEMAP {
+                continue;
+            }
+            let root = match tree.root {
+                Some(Child::Node(i)) => Some(i),
+                _ => None,
+            };
+            order.extend(
+                tree.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.live)
+                    .map(|(i, n)| (root != Some(i), t, n.page, i)),
+            );
+        }
+        if order.is_empty() {
+            return false;
+        }
+        order.sort_unstable_by_key(|&(cold, t, p, _)| (cold, if cold { 0 } else { t }, p));
+        let hot = order.iter().filter(|o| !o.0).count() as u64;
+        let cold = order.len() as u64 - hot;
+        let writer = &mut *self.writer;
+        let policy = &mut writer.free.policy;
+        for &(_, _, p, _) in &order {
+            policy.insert(p, 1);
+            self.undo.push(Undo::FreshFreed(p, 1));
+        }
+        // The hot run: the hot nodes and the free map's slots, one per level of it and one
+        // more for the leaf of the other hot run's chunk.
+        let fm_depth = u64::from(self.trees[FREEMAP].depth).max(1);
+        let slots = (fm_depth + u64::from(fm_depth > 1)).min(4);
+        let want = hot + slots;
+        let mut runs: Vec<(PageId, u64)> = Vec::new();
+        if let Some(p) = policy.allocate_run(want) {
+            self.undo.push(Undo::Alloc(p, want));
+            runs.push((p, want));
+        } else if !writer.hot_run_grown
+            && want <= HOT_RUN_GROWTH_MAX
+            && (self.high_water + want) * self.limits.page_size as u64 <= self.db.pager.file_len()
+        {
+            writer.hot_run_grown = true;
+            runs.push((self.high_water, want));
+            self.high_water += want;
+        } else {
+            let got = policy.allocate_runs(want, &mut runs).min(want);
+            for &(p, len) in &runs {
+                self.undo.push(Undo::Alloc(p, len));
+            }
+            if got < want {
+                runs.push((self.high_water, want - got));
+                self.high_water += want - got;
+            }
+        }
+        // In a list of their own: `allocate_runs` extends the last run of the list it is given.
+        let mut cold_runs: Vec<(PageId, u64)> = Vec::new();
+        let mut got = 0;
+        while got < cold {
+            let Some(p) = policy.allocate(1) else { break };
+            match cold_runs.last_mut() {
+                Some((s, l)) if *s + *l == p => *l += 1,
+                _ => cold_runs.push((p, 1)),
+            }
+            got += 1;
+        }
+        for &(p, len) in &cold_runs {
+            self.undo.push(Undo::Alloc(p, len));
+        }
+        if got < cold {
+            cold_runs.push((self.high_water, cold - got));
+            self.high_water += cold - got;
+        }
+        // Every old page is marked free and every new one taken; a page in both stays taken.
+        for &(_, _, p, _) in &order {
+            self.freemap_changes.insert(p, true);
+        }
+        let mut hot_pages: Vec<PageId> = runs.iter().flat_map(|&(p, len)| p..p + len).collect();
+        debug_assert_eq!(hot_pages.len() as u64, want);
+        let slot_pages = hot_pages.split_off(hot as usize);
+        let pages = hot_pages
+            .into_iter()
+            .chain(cold_runs.iter().flat_map(|&(p, len)| p..p + len));
+        let mut moved = false;
+        for (&(_, t, old, i), page) in order.iter().zip(pages) {
+            self.trees[t].nodes[i].page = page;
+            self.freemap_changes.insert(page, false);
+            moved |= page != old;
+        }
+        // Not marked taken yet: `alloc` does when the free map takes them.
+        let chunk = |p: PageId| p / crate::freemap::CHUNK_PAGES;
+        self.hot_chunks = slot_pages.iter().map(|&p| chunk(p)).collect();
+        if let Some(last) = self.writer.last_hot_run.replace(slot_pages[0]) {
+            self.hot_chunks.push(chunk(last));
+        }
+        self.hot_chunks.sort_unstable();
+        self.hot_chunks.dedup();
+        self.freemap_slots = slot_pages.into();
+        moved
     }
 
     /// Lower the high-water mark over a run of reusable pages at the end of the file. Only
