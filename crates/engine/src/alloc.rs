@@ -151,7 +151,9 @@ impl Txn {
     /// included: the next commit copies them again) to one run of pages, followed by the
     /// slots for the free map's first copied nodes (`freemap_slots`: its root and the leaves
     /// that hold the chunks of this hot run and the last one, which the next commit copies
-    /// again too; `hot_chunks`); the other dirty nodes take single pages as before (lowest
+    /// again too; `hot_chunks`); then the nodes copied from pages the last commit wrote (most
+    /// of a batch's branches: the next commit is likely to copy them again) to the lowest
+    /// runs of the free set; the other dirty nodes take single pages as before (lowest
     /// first). True if any node moved.
     ///
     /// The next commit frees the whole hot run, and the one after it (once that is durable and
@@ -160,7 +162,9 @@ impl Txn {
     /// file growing. The run is the shortest free one that holds it, else the longest and so
     /// on ([`larch_freelist::ExtentSet::take_runs`]). Once per open file, when the free set has
     /// no run for it, it is taken past the high-water mark instead if the file already has
-    /// room there (at most `HOT_RUN_GROWTH_MAX` pages), which starts the turns.
+    /// room there (at most `HOT_RUN_GROWTH_MAX` pages), which starts the turns. The other
+    /// nodes never take the longest runs: those are often the free tail of the file, which
+    /// would then not be given back.
     ///
     /// Nodes get their pages one at a time as they are copied; nothing is written on those
     /// pages before the commit, so they go back to the reusable set and are taken again.
@@ -173,8 +177,9 @@ impl Txn {
             return false;
         }
         self.park();
-        // (cold, tree, page, node): hot first, catalog first, then by page.
-        let mut order: Vec<(bool, usize, PageId, usize)> = Vec::new();
+        // (class, tree, page, node): roots first (0, catalog first), then the nodes copied
+        // from a page the last commit wrote (1), then the rest (2), by page.
+        let mut order: Vec<(u8, usize, PageId, usize)> = Vec::new();
         for (t, tree) in self.trees.iter().enumerate() {
             if t == FREEMAP {
                 continue;
@@ -188,65 +193,54 @@ impl Txn {
                     .iter()
                     .enumerate()
                     .filter(|(_, n)| n.live)
-                    .map(|(i, n)| (root != Some(i), t, n.page, i)),
+                    .map(|(i, n)| {
+                        let class = if root == Some(i) {
+                            0
+                        } else {
+                            2 - u8::from(n.hot)
+                        };
+                        (class, t, n.page, i)
+                    }),
             );
         }
         if order.is_empty() {
             return false;
         }
-        order.sort_unstable_by_key(|&(cold, t, p, _)| (cold, if cold { 0 } else { t }, p));
-        let hot = order.iter().filter(|o| !o.0).count() as u64;
-        let cold = order.len() as u64 - hot;
+        order.sort_unstable_by_key(|&(class, t, p, _)| (class, if class == 0 { t } else { 0 }, p));
+        let hot = order.iter().filter(|o| o.0 == 0).count() as u64;
+        let warm = order.iter().filter(|o| o.0 == 1).count() as u64;
+        let cold = order.len() as u64 - hot - warm;
         let writer = &mut *self.writer;
         let policy = &mut writer.free.policy;
         for &(_, _, p, _) in &order {
             policy.insert(p, 1);
             self.undo.push(Undo::FreshFreed(p, 1));
         }
-        // The hot run: the hot nodes and the free map's slots, one per level of it and one
-        // more for the leaf of the other hot run's chunk.
+        // The hot run: the roots and the free map's slots, one per level of it and one more
+        // for the leaf of the other hot run's chunk.
         let fm_depth = u64::from(self.trees[FREEMAP].depth).max(1);
         let slots = (fm_depth + u64::from(fm_depth > 1)).min(4);
         let want = hot + slots;
-        let mut runs: Vec<(PageId, u64)> = Vec::new();
-        if let Some(p) = policy.allocate_run(want) {
-            self.undo.push(Undo::Alloc(p, want));
-            runs.push((p, want));
+        let hw = &mut self.high_water;
+        let undo = &mut self.undo;
+        let runs = if let Some(p) = policy.allocate_run(want) {
+            undo.push(Undo::Alloc(p, want));
+            vec![(p, want)]
         } else if !writer.hot_run_grown
             && want <= HOT_RUN_GROWTH_MAX
-            && (self.high_water + want) * self.limits.page_size as u64 <= self.db.pager.file_len()
+            && (*hw + want) * self.limits.page_size as u64 <= self.db.pager.file_len()
         {
             writer.hot_run_grown = true;
-            runs.push((self.high_water, want));
-            self.high_water += want;
+            *hw += want;
+            vec![(*hw - want, want)]
         } else {
-            let got = policy.allocate_runs(want, &mut runs).min(want);
-            for &(p, len) in &runs {
-                self.undo.push(Undo::Alloc(p, len));
-            }
-            if got < want {
-                runs.push((self.high_water, want - got));
-                self.high_water += want - got;
-            }
-        }
-        // In a list of their own: `allocate_runs` extends the last run of the list it is given.
-        let mut cold_runs: Vec<(PageId, u64)> = Vec::new();
-        let mut got = 0;
-        while got < cold {
-            let Some(p) = policy.allocate(1) else { break };
-            match cold_runs.last_mut() {
-                Some((s, l)) if *s + *l == p => *l += 1,
-                _ => cold_runs.push((p, 1)),
-            }
-            got += 1;
-        }
-        for &(p, len) in &cold_runs {
-            self.undo.push(Undo::Alloc(p, len));
-        }
-        if got < cold {
-            cold_runs.push((self.high_water, cold - got));
-            self.high_water += cold - got;
-        }
+            take_pages(&mut **policy, undo, hw, want, Take::Runs)
+        };
+        // The nodes copied from pages the last commit wrote: lowest runs first (the next
+        // commit frees most of them again, so their runs come back mostly whole).
+        let warm_runs = take_pages(&mut **policy, undo, hw, warm, Take::LowRuns);
+        // The rest one page at a time, lowest first, as they were allocated.
+        let cold_runs = take_pages(&mut **policy, undo, hw, cold, Take::Singles);
         // Every old page is marked free and every new one taken; a page in both stays taken.
         for &(_, _, p, _) in &order {
             self.freemap_changes.insert(p, true);
@@ -256,6 +250,7 @@ impl Txn {
         let slot_pages = hot_pages.split_off(hot as usize);
         let pages = hot_pages
             .into_iter()
+            .chain(warm_runs.iter().flat_map(|&(p, len)| p..p + len))
             .chain(cold_runs.iter().flat_map(|&(p, len)| p..p + len));
         let mut moved = false;
         for (&(_, t, old, i), page) in order.iter().zip(pages) {
@@ -300,4 +295,54 @@ impl Txn {
         }
         self.high_water = new_high_water;
     }
+}
+
+/// How [`take_pages`] takes pages from the reusable set.
+#[derive(Clone, Copy)]
+enum Take {
+    /// [`larch_freelist::FreeSpacePolicy::allocate_runs`]: the shortest run that holds them,
+    /// else the longest runs, then single pages.
+    Runs,
+    /// [`larch_freelist::FreeSpacePolicy::allocate_low_runs`]: the lowest runs, then single
+    /// pages.
+    LowRuns,
+    /// One page at a time from [`larch_freelist::FreeSpacePolicy::allocate`].
+    Singles,
+}
+
+/// `n` pages as runs `(start, len)`: from the reusable set as `how` says, logged in `undo`,
+/// and past the high-water mark `hw` (raised) for what the set does not have.
+fn take_pages(
+    policy: &mut dyn larch_freelist::FreeSpacePolicy,
+    undo: &mut Vec<Undo>,
+    hw: &mut PageId,
+    n: u64,
+    how: Take,
+) -> Vec<(PageId, u64)> {
+    let mut runs: Vec<(PageId, u64)> = Vec::new();
+    let got = match how {
+        Take::Runs => policy.allocate_runs(n, &mut runs),
+        Take::LowRuns => policy.allocate_low_runs(n, &mut runs),
+        Take::Singles => {
+            let mut got = 0;
+            while got < n {
+                let Some(p) = policy.allocate(1) else { break };
+                match runs.last_mut() {
+                    Some((s, l)) if *s + *l == p => *l += 1,
+                    _ => runs.push((p, 1)),
+                }
+                got += 1;
+            }
+            got
+        }
+    }
+    .min(n);
+    for &(p, len) in &runs {
+        undo.push(Undo::Alloc(p, len));
+    }
+    if got < n {
+        runs.push((*hw, n - got));
+        *hw += n - got;
+    }
+    runs
 }

@@ -46,6 +46,10 @@ impl FreeSpacePolicy for BestFitPolicy {
         self.set.take_runs(n, 2, out)
     }
 
+    fn allocate_low_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        self.set.take_low_runs(n, 2, out)
+    }
+
     fn hands_out_runs(&self) -> bool {
         true
     }

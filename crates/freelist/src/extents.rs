@@ -246,6 +246,42 @@ impl ExtentSet {
         n - left
     }
 
+    /// Take up to `n` pages lowest first, in whole extents of `min_run` pages or more (the last
+    /// one only in part) as long as there are such extents, then single pages, lowest first;
+    /// each `(start, len)` appended to `out`. Returns the pages taken (fewer than `n` only when
+    /// the set runs out). Unlike [`ExtentSet::take_runs`] it does not reach for the longest
+    /// extent, which is often the free tail of the file that would otherwise be given back.
+    /// O(extents) for the scan.
+    pub fn take_low_runs(&mut self, n: u64, min_run: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let mut left = n;
+        let mut picked = Vec::new();
+        for (&s, &l) in &self.by_start {
+            if left == 0 {
+                break;
+            }
+            if l >= min_run.max(2) {
+                let k = l.min(left);
+                picked.push((s, l, k));
+                left -= k;
+            }
+        }
+        for (s, l, k) in picked {
+            self.take_front(s, l, k);
+            out.push((s, k));
+        }
+        while left > 0 {
+            let Some(s) = self.take_first_fit(1) else {
+                break;
+            };
+            match out.last_mut() {
+                Some((start, len)) if *start + *len == s => *len += 1,
+                _ => out.push((s, 1)),
+            }
+            left -= 1;
+        }
+        n - left
+    }
+
     /// Drop every page >= `end`.
     pub fn truncate(&mut self, end: PageId) {
         let dropped = self.by_start.split_off(&end);
@@ -394,6 +430,28 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(s.take_runs(5, 3, &mut out), 4);
         assert_eq!(out, vec![(3, 2), (7, 2)]);
+    }
+
+    #[test]
+    fn take_low_runs_takes_the_lowest_long_extents_then_single_pages() {
+        for mut s in [
+            set(&[(2, 1), (4, 1), (10, 3), (20, 4), (40, 1), (50, 30)]),
+            indexed(&[(2, 1), (4, 1), (10, 3), (20, 4), (40, 1), (50, 30)]),
+        ] {
+            let mut out = Vec::new();
+            // 3 + 4 from the lowest long extents, 2 of the next, never the long tail first.
+            assert_eq!(s.take_low_runs(9, 2, &mut out), 9);
+            assert_eq!(out, vec![(10, 3), (20, 4), (50, 2)]);
+            assert_eq!(s.extents(), vec![(2, 1), (4, 1), (40, 1), (52, 28)]);
+            // Then the single pages once no long extent is left.
+            let mut out = Vec::new();
+            assert_eq!(s.take_low_runs(28, 2, &mut out), 28);
+            assert_eq!(out, vec![(52, 28)]);
+            let mut out = Vec::new();
+            assert_eq!(s.take_low_runs(5, 2, &mut out), 3);
+            assert_eq!(out, vec![(2, 1), (4, 1), (40, 1)]);
+            assert!(s.is_empty());
+        }
     }
 
     #[test]

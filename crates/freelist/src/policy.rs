@@ -54,6 +54,22 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
         got
     }
 
+    /// As [`allocate_runs`](FreeSpacePolicy::allocate_runs), but lowest first: whole extents
+    /// of two pages or more in address order, then single pages ([`ExtentSet::take_low_runs`]
+    /// in FirstFit and BestFit); the default asks `allocate` for one page at a time.
+    fn allocate_low_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let mut got = 0;
+        while got < n {
+            let Some(p) = self.allocate(1) else { break };
+            match out.last_mut() {
+                Some((start, len)) if *start + *len == p => *len += 1,
+                _ => out.push((p, 1)),
+            }
+            got += 1;
+        }
+        got
+    }
+
     /// Make pages start..start+n reusable (they must not already be in the set; debug_assert it).
     fn insert(&mut self, start: PageId, n: u64) {
         self.set_mut().insert(start, n);
