@@ -5,8 +5,13 @@
 //! a committed page stays pending under the transaction's txid (or reader-pinned, unpinned.rs)
 //! until no reader and no crash fallback can reach it (docs/format.md, invariant 1).
 
-use crate::write::Txn;
+use crate::node::Child;
+use crate::write::{Txn, FREEMAP};
 use crate::{PageId, TxId};
+
+/// The most pages a commit's hot run may take past the high-water mark (within the file's
+/// length), once per open file, when the free set has no run for it (`Txn::gather_hot_pages`).
+const HOT_RUN_GROWTH_MAX: u64 = 8;
 
 /// What to undo if the transaction does not commit.
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +29,13 @@ pub(crate) enum Undo {
 impl Txn {
     /// `n` contiguous pages this transaction may write.
     pub(crate) fn alloc(&mut self, n: u64) -> PageId {
+        if n == 1 && self.active == FREEMAP {
+            // Taken at commit next to the hot run (`Txn::gather_hot_pages`).
+            if let Some(p) = self.freemap_slots.pop_front() {
+                self.freemap_changes.insert(p, false);
+                return p;
+            }
+        }
         let got = if self.compacting {
             self.writer.free.policy.allocate_lowest(n)
         } else {
@@ -94,6 +106,7 @@ impl Txn {
     pub(crate) fn rollback(&mut self) {
         self.undo_to(0, self.base.meta.high_water);
         self.held_fresh.clear();
+        self.freemap_slots.clear();
         self.park();
         for t in &mut self.trees {
             t.nodes.clear();
@@ -134,6 +147,129 @@ impl Txn {
         self.high_water = high_water;
     }
 
+    /// Move the commit's hot dirty nodes (the root of every changed tree, the catalog's
+    /// included: the next commit copies them again) to one run of pages, followed by the
+    /// slots for the free map's first copied nodes (`freemap_slots`: its root and the leaves
+    /// that hold the chunks of this hot run and the last one, which the next commit copies
+    /// again too; `hot_chunks`); then the nodes copied from pages the last commit wrote (most
+    /// of a batch's branches: the next commit is likely to copy them again) to the lowest
+    /// runs of the free set; the other dirty nodes take single pages as before (lowest
+    /// first). True if any node moved.
+    ///
+    /// The next commit frees the whole hot run, and the one after it (once that is durable and
+    /// no reader holds it) finds it free and takes it again, so two runs take turns and a
+    /// one-key commit writes its root, catalog and free-map pages in one call, without the
+    /// file growing. The run is the shortest free one that holds it, else the longest and so
+    /// on ([`larch_freelist::ExtentSet::take_runs`]). Once per open file, when the free set has
+    /// no run for it, it is taken past the high-water mark instead if the file already has
+    /// room there (at most `HOT_RUN_GROWTH_MAX` pages), which starts the turns. The other
+    /// nodes never take the longest runs: those are often the free tail of the file, which
+    /// would then not be given back.
+    ///
+    /// Nodes get their pages one at a time as they are copied; nothing is written on those
+    /// pages before the commit, so they go back to the reusable set and are taken again.
+    /// Called at commit after the catalog's roots are stored (a root's page may change: the
+    /// caller stores them again) and before the free map is saved (it records the exchange;
+    /// the caller frees the slots it did not use). Only for policies that hand out runs, and
+    /// not while compacting in place, which wants the lowest pages.
+    pub(crate) fn gather_hot_pages(&mut self) -> bool {
+        if self.compacting || !self.writer.free.policy.hands_out_runs() {
+            return false;
+        }
+        self.park();
+        // (class, tree, page, node): roots first (0, catalog first), then the nodes copied
+        // from a page the last commit wrote (1), then the rest (2), by page.
+        let mut order: Vec<(u8, usize, PageId, usize)> = Vec::new();
+        for (t, tree) in self.trees.iter().enumerate() {
+            if t == FREEMAP {
+                continue;
+            }
+            let root = match tree.root {
+                Some(Child::Node(i)) => Some(i),
+                _ => None,
+            };
+            order.extend(
+                tree.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.live)
+                    .map(|(i, n)| {
+                        let class = if root == Some(i) {
+                            0
+                        } else {
+                            2 - u8::from(n.hot)
+                        };
+                        (class, t, n.page, i)
+                    }),
+            );
+        }
+        if order.is_empty() {
+            return false;
+        }
+        order.sort_unstable_by_key(|&(class, t, p, _)| (class, if class == 0 { t } else { 0 }, p));
+        let hot = order.iter().filter(|o| o.0 == 0).count() as u64;
+        let warm = order.iter().filter(|o| o.0 == 1).count() as u64;
+        let cold = order.len() as u64 - hot - warm;
+        let writer = &mut *self.writer;
+        let policy = &mut writer.free.policy;
+        for &(_, _, p, _) in &order {
+            policy.insert(p, 1);
+            self.undo.push(Undo::FreshFreed(p, 1));
+        }
+        // The hot run: the roots and the free map's slots, one per level of it and one more
+        // for the leaf of the other hot run's chunk.
+        let fm_depth = u64::from(self.trees[FREEMAP].depth).max(1);
+        let slots = (fm_depth + u64::from(fm_depth > 1)).min(4);
+        let want = hot + slots;
+        let hw = &mut self.high_water;
+        let undo = &mut self.undo;
+        let runs = if let Some(p) = policy.allocate_run(want) {
+            undo.push(Undo::Alloc(p, want));
+            vec![(p, want)]
+        } else if !writer.hot_run_grown
+            && want <= HOT_RUN_GROWTH_MAX
+            && (*hw + want) * self.limits.page_size as u64 <= self.db.pager.file_len()
+        {
+            writer.hot_run_grown = true;
+            *hw += want;
+            vec![(*hw - want, want)]
+        } else {
+            take_pages(&mut **policy, undo, hw, want, Take::Runs)
+        };
+        // The nodes copied from pages the last commit wrote: lowest runs first (the next
+        // commit frees most of them again, so their runs come back mostly whole).
+        let warm_runs = take_pages(&mut **policy, undo, hw, warm, Take::LowRuns);
+        // The rest one page at a time, lowest first, as they were allocated.
+        let cold_runs = take_pages(&mut **policy, undo, hw, cold, Take::Singles);
+        // Every old page is marked free and every new one taken; a page in both stays taken.
+        for &(_, _, p, _) in &order {
+            self.freemap_changes.insert(p, true);
+        }
+        let mut hot_pages: Vec<PageId> = runs.iter().flat_map(|&(p, len)| p..p + len).collect();
+        debug_assert_eq!(hot_pages.len() as u64, want);
+        let slot_pages = hot_pages.split_off(hot as usize);
+        let pages = hot_pages
+            .into_iter()
+            .chain(warm_runs.iter().flat_map(|&(p, len)| p..p + len))
+            .chain(cold_runs.iter().flat_map(|&(p, len)| p..p + len));
+        let mut moved = false;
+        for (&(_, t, old, i), page) in order.iter().zip(pages) {
+            self.trees[t].nodes[i].page = page;
+            self.freemap_changes.insert(page, false);
+            moved |= page != old;
+        }
+        // Not marked taken yet: `alloc` does when the free map takes them.
+        let chunk = |p: PageId| p / crate::freemap::CHUNK_PAGES;
+        self.hot_chunks = slot_pages.iter().map(|&p| chunk(p)).collect();
+        if let Some(last) = self.writer.last_hot_run.replace(slot_pages[0]) {
+            self.hot_chunks.push(chunk(last));
+        }
+        self.hot_chunks.sort_unstable();
+        self.hot_chunks.dedup();
+        self.freemap_slots = slot_pages.into();
+        moved
+    }
+
     /// Lower the high-water mark over a run of reusable pages at the end of the file. Only
     /// runs worth it (1/32 of the file, at least 16 pages) unless compacting, so a file that
     /// breathes does not shrink and regrow on every commit. The file itself is truncated once
@@ -159,4 +295,54 @@ impl Txn {
         }
         self.high_water = new_high_water;
     }
+}
+
+/// How [`take_pages`] takes pages from the reusable set.
+#[derive(Clone, Copy)]
+enum Take {
+    /// [`larch_freelist::FreeSpacePolicy::allocate_runs`]: the shortest run that holds them,
+    /// else the longest runs, then single pages.
+    Runs,
+    /// [`larch_freelist::FreeSpacePolicy::allocate_low_runs`]: the lowest runs, then single
+    /// pages.
+    LowRuns,
+    /// One page at a time from [`larch_freelist::FreeSpacePolicy::allocate`].
+    Singles,
+}
+
+/// `n` pages as runs `(start, len)`: from the reusable set as `how` says, logged in `undo`,
+/// and past the high-water mark `hw` (raised) for what the set does not have.
+fn take_pages(
+    policy: &mut dyn larch_freelist::FreeSpacePolicy,
+    undo: &mut Vec<Undo>,
+    hw: &mut PageId,
+    n: u64,
+    how: Take,
+) -> Vec<(PageId, u64)> {
+    let mut runs: Vec<(PageId, u64)> = Vec::new();
+    let got = match how {
+        Take::Runs => policy.allocate_runs(n, &mut runs),
+        Take::LowRuns => policy.allocate_low_runs(n, &mut runs),
+        Take::Singles => {
+            let mut got = 0;
+            while got < n {
+                let Some(p) = policy.allocate(1) else { break };
+                match runs.last_mut() {
+                    Some((s, l)) if *s + *l == p => *l += 1,
+                    _ => runs.push((p, 1)),
+                }
+                got += 1;
+            }
+            got
+        }
+    }
+    .min(n);
+    for &(p, len) in &runs {
+        undo.push(Undo::Alloc(p, len));
+    }
+    if got < n {
+        runs.push((*hw, n - got));
+        *hw += n - got;
+    }
+    runs
 }

@@ -413,6 +413,8 @@ impl Db {
                 trigger: Default::default(),
                 spare_nodes: Default::default(),
                 flush_started_at: 0,
+                hot_run_grown: false,
+                last_hot_run: None,
             })),
             durability: Mutex::new(DurableState::new(meta)),
             pager,

@@ -46,6 +46,11 @@ pub(crate) struct WriterState {
     /// Bytes of replaced pages waiting for a durable point when a background flush was last
     /// started ahead of it (`Txn::unsynced_over_limit`).
     pub flush_started_at: u64,
+    /// A commit has already placed its hot pages at the end of the file because the free set
+    /// had no run for them (`Txn::gather_hot_pages`): done at most once per open file.
+    pub hot_run_grown: bool,
+    /// The first free-map slot of the last commit's hot run (`Txn::gather_hot_pages`).
+    pub last_hot_run: Option<crate::PageId>,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
@@ -302,6 +307,8 @@ impl OpenFile {
             trigger: Default::default(),
             spare_nodes: std::mem::take(&mut w.spare_nodes),
             flush_started_at: 0,
+            hot_run_grown: w.hot_run_grown,
+            last_hot_run: None,
         };
         *self.durability.lock() = DurableState::new(meta);
         self.durable_txid.store(meta.txid, Ordering::Release);

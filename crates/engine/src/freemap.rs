@@ -146,9 +146,19 @@ impl Txn {
             if changes.is_empty() {
                 return Ok(());
             }
-            let mut it = changes.into_iter().peekable();
-            while let Some(&(first, _)) = it.peek() {
-                let idx = first / CHUNK_PAGES;
+            // By chunk; the hot chunks first, so the nodes that hold them are the first the
+            // free map copies and take the slots next to the hot run.
+            let mut groups: Vec<(u64, Vec<(PageId, bool)>)> = Vec::new();
+            for (p, unreachable) in changes {
+                let idx = p / CHUNK_PAGES;
+                match groups.last_mut() {
+                    Some((i, g)) if *i == idx => g.push((p, unreachable)),
+                    _ => groups.push((idx, vec![(p, unreachable)])),
+                }
+            }
+            let hot = std::mem::take(&mut self.hot_chunks);
+            groups.sort_by_key(|(idx, _)| !hot.contains(idx));
+            for (idx, group) in groups {
                 let key = idx.to_be_bytes();
                 let mut chunk = match self.get_in(FREEMAP, &key)? {
                     Some(v) if v.len() == CHUNK_BYTES => v.to_vec(),
@@ -161,11 +171,7 @@ impl Txn {
                     None => vec![0u8; CHUNK_BYTES],
                 };
                 let mut changed = false;
-                while let Some(&(p, unreachable)) = it.peek() {
-                    if p / CHUNK_PAGES != idx {
-                        break;
-                    }
-                    it.next();
+                for (p, unreachable) in group {
                     let off = (p % CHUNK_PAGES) as usize;
                     let (byte, mask) = (off / 8, 1u8 << (off % 8));
                     let was = chunk[byte] & mask != 0;

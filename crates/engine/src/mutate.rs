@@ -55,6 +55,7 @@ impl Txn {
                 let page = view.node(p, role)?;
                 let mut node = Node::decode_reusing(&page, 0, role, &mut self.writer.spare_nodes)?;
                 node.page = self.alloc(1);
+                node.hot = page.txid() + 1 >= self.txid;
                 self.free_written(p, 1, page.txid());
                 self.nodes.push(node);
                 Ok(self.nodes.len() - 1)

@@ -213,6 +213,9 @@ pub struct Node {
     pub live: bool,
     /// The tree it belongs to.
     pub role: PageRole,
+    /// Copied from a page the previous commit wrote: likely copied by the next commit too
+    /// (`Txn::gather_hot_pages`).
+    pub hot: bool,
     /// `bytes` is still the page this node was decoded from, edited in place: every entry's
     /// slot and cell lie in it, in key order, so `encode` copies it and sets only the header
     /// and (branch) the child ids instead of rebuilding every cell. Edits that keep it so:
@@ -237,6 +240,7 @@ impl Node {
             size: 0,
             live: true,
             role,
+            hot: false,
             image: false,
             low: 0,
         }

@@ -94,7 +94,7 @@ pub(crate) struct Txn {
     /// The dirty nodes of tree `active` (the tree algorithms work on one tree at a time);
     /// every other tree keeps its own in `TreeState::nodes`.
     pub(crate) nodes: Vec<Node>,
-    active: TreeIdx,
+    pub(crate) active: TreeIdx,
     pub(crate) trees: Vec<TreeState>,
     pub(crate) names: HashMap<String, TreeIdx>,
     pub(crate) undo: Vec<Undo>,
@@ -118,6 +118,12 @@ pub(crate) struct Txn {
     /// after the commit (`Txn::free_fresh`).
     pub(crate) held_fresh: Vec<(PageId, u64)>,
     next_savepoint: u64,
+    /// The pages after the commit's hot run kept for the free map's first new pages, in
+    /// order (`Txn::gather_hot_pages`, `Txn::alloc`).
+    pub(crate) freemap_slots: std::collections::VecDeque<PageId>,
+    /// Free-map chunks whose pages the free map saves first, so that its nodes that hold
+    /// them take the slots: the chunks of this commit's hot run and of the one before it.
+    pub(crate) hot_chunks: Vec<u64>,
 }
 
 impl std::fmt::Debug for Txn {
@@ -225,6 +231,8 @@ impl Txn {
             savepoints: Vec::new(),
             held_fresh: Vec::new(),
             next_savepoint: 0,
+            freemap_slots: Default::default(),
+            hot_chunks: Vec::new(),
         })
     }
 
@@ -452,26 +460,31 @@ impl Txn {
             return Err(Error::Interrupted);
         }
         self.db.pager.check_writable()?;
-        // 1. Store changed tree roots in the catalog.
-        for i in 2..self.trees.len() {
-            if !self.trees[i].dirty {
-                continue;
-            }
-            let name = self.trees[i].name.clone().unwrap_or_default();
-            if self.trees[i].deleted {
-                self.remove(CATALOG, name.as_bytes())?;
-            } else {
-                let root = self.tree_root(i);
-                self.insert(CATALOG, name.as_bytes(), &root.encode())?;
-            }
-        }
-        // 2. Pages held for savepoints are free now. Give back a free tail of the file, then
-        //    persist the free-space state (touches only the free map tree).
+        // 1. Store changed tree roots in the catalog. The first pass copies the catalog's
+        //    path; then the hot nodes (the ones the next commit copies again) move to one
+        //    run (a root's page may change), and the second pass records the final roots in
+        //    the catalog nodes the first one copied (same-size values: no new pages).
+        self.store_tree_roots(true)?;
+        // 2. Pages held for savepoints are free now.
         for (p, n) in std::mem::take(&mut self.held_fresh) {
             self.writer.free.policy.insert(p, n);
         }
+        if self.gather_hot_pages() {
+            self.store_tree_roots(false)?;
+        }
+        // 3. Give back a free tail of the file, then persist the free-space state (touches
+        //    only the free map tree; its first new page takes the slot the hot run kept).
         self.shrink_free_tail();
         self.save_free_map()?;
+        if !self.freemap_slots.is_empty() {
+            // Slots the free map did not need are free again.
+            for p in std::mem::take(&mut self.freemap_slots) {
+                self.writer.free.policy.insert(p, 1);
+                self.undo.push(Undo::FreshFreed(p, 1));
+                self.freemap_changes.insert(p, true);
+            }
+            self.save_free_map()?;
+        }
         let meta = Meta {
             page_size: self.limits.page_size as u32,
             txid: self.txid,
@@ -486,9 +499,9 @@ impl Txn {
             closed_at: 0,
             closed_at_crc: 0,
         };
-        // 3. Write every dirty page.
+        // 4. Write every dirty page.
         let manifest = self.write_dirty_pages()?;
-        // 4. Durability.
+        // 5. Durability.
         let durability = self.durability;
         let freed: Vec<(PageId, u64)> = self
             .undo
@@ -507,10 +520,30 @@ impl Txn {
             self.db.trim_to_durable(&st);
             deferred
         };
-        // 5. Publish.
+        // 6. Publish.
         self.undo.clear();
         self.db.publish(meta);
         Ok(deferred)
+    }
+
+    /// Record every changed tree's root in the catalog; `removals`: also remove the names of
+    /// deleted trees.
+    fn store_tree_roots(&mut self, removals: bool) -> Result<()> {
+        for i in 2..self.trees.len() {
+            if !self.trees[i].dirty {
+                continue;
+            }
+            let name = self.trees[i].name.clone().unwrap_or_default();
+            if self.trees[i].deleted {
+                if removals {
+                    self.remove(CATALOG, name.as_bytes())?;
+                }
+            } else {
+                let root = self.tree_root(i);
+                self.insert(CATALOG, name.as_bytes(), &root.encode())?;
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn tree_root(&self, i: TreeIdx) -> TreeRoot {

@@ -42,6 +42,22 @@ impl FreeSpacePolicy for BestFitPolicy {
         self.set.take_best_fit(n)
     }
 
+    fn allocate_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        self.set.take_runs(n, 2, out)
+    }
+
+    fn allocate_low_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        self.set.take_low_runs(n, 2, out)
+    }
+
+    fn hands_out_runs(&self) -> bool {
+        true
+    }
+
+    fn allocate_run(&mut self, n: u64) -> Option<PageId> {
+        self.set.take_best_fit(n)
+    }
+
     fn set(&self) -> &ExtentSet {
         &self.set
     }

@@ -210,6 +210,78 @@ impl ExtentSet {
         Some(s)
     }
 
+    /// Take up to `n` pages in as few runs as the set allows, appending each `(start, len)` to
+    /// `out`: the shortest extent that holds all that is still wanted if there is one, else
+    /// the longest extent, again, until no extent of `min_run` pages or more is left; then
+    /// single pages, lowest first. Returns the pages taken (fewer than `n` only when the set
+    /// runs out). With the length index each run costs O(log extents), without it a scan.
+    pub fn take_runs(&mut self, n: u64, min_run: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let mut left = n;
+        while left > 0 {
+            if let Some((s, l)) = self.best_fit(left) {
+                self.take_front(s, l, left);
+                out.push((s, left));
+                left = 0;
+                break;
+            }
+            match self.largest() {
+                Some((s, l)) if l >= min_run.max(2) => {
+                    self.take_front(s, l, l);
+                    out.push((s, l));
+                    left -= l;
+                }
+                _ => break,
+            }
+        }
+        while left > 0 {
+            let Some(s) = self.take_first_fit(1) else {
+                break;
+            };
+            match out.last_mut() {
+                Some((start, len)) if *start + *len == s => *len += 1,
+                _ => out.push((s, 1)),
+            }
+            left -= 1;
+        }
+        n - left
+    }
+
+    /// Take up to `n` pages lowest first, in whole extents of `min_run` pages or more (the last
+    /// one only in part) as long as there are such extents, then single pages, lowest first;
+    /// each `(start, len)` appended to `out`. Returns the pages taken (fewer than `n` only when
+    /// the set runs out). Unlike [`ExtentSet::take_runs`] it does not reach for the longest
+    /// extent, which is often the free tail of the file that would otherwise be given back.
+    /// O(extents) for the scan.
+    pub fn take_low_runs(&mut self, n: u64, min_run: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let mut left = n;
+        let mut picked = Vec::new();
+        for (&s, &l) in &self.by_start {
+            if left == 0 {
+                break;
+            }
+            if l >= min_run.max(2) {
+                let k = l.min(left);
+                picked.push((s, l, k));
+                left -= k;
+            }
+        }
+        for (s, l, k) in picked {
+            self.take_front(s, l, k);
+            out.push((s, k));
+        }
+        while left > 0 {
+            let Some(s) = self.take_first_fit(1) else {
+                break;
+            };
+            match out.last_mut() {
+                Some((start, len)) if *start + *len == s => *len += 1,
+                _ => out.push((s, 1)),
+            }
+            left -= 1;
+        }
+        n - left
+    }
+
     /// Drop every page >= `end`.
     pub fn truncate(&mut self, end: PageId) {
         let dropped = self.by_start.split_off(&end);
@@ -320,6 +392,66 @@ mod tests {
             s.insert(start, n);
         }
         s
+    }
+
+    #[test]
+    fn take_runs_takes_the_shortest_extent_that_holds_everything() {
+        for mut s in [
+            set(&[(2, 1), (10, 8), (30, 5), (50, 20)]),
+            indexed(&[(2, 1), (10, 8), (30, 5), (50, 20)]),
+        ] {
+            let mut out = Vec::new();
+            assert_eq!(s.take_runs(6, 2, &mut out), 6);
+            assert_eq!(out, vec![(10, 6)]);
+            assert_eq!(s.extents(), vec![(2, 1), (16, 2), (30, 5), (50, 20)]);
+            assert_eq!(s.len(), 28);
+        }
+    }
+
+    #[test]
+    fn take_runs_takes_the_longest_extents_then_single_pages() {
+        for mut s in [
+            set(&[(2, 1), (4, 1), (10, 3), (20, 4), (40, 1)]),
+            indexed(&[(2, 1), (4, 1), (10, 3), (20, 4), (40, 1)]),
+        ] {
+            let mut out = Vec::new();
+            // 4 + 3 from the two long extents, then the lowest single pages.
+            assert_eq!(s.take_runs(9, 2, &mut out), 9);
+            assert_eq!(out, vec![(20, 4), (10, 3), (2, 1), (4, 1)]);
+            assert_eq!(s.extents(), vec![(40, 1)]);
+            // More than the set holds: all of it, and the count says so.
+            let mut out = Vec::new();
+            assert_eq!(s.take_runs(5, 2, &mut out), 1);
+            assert_eq!(out, vec![(40, 1)]);
+            assert!(s.is_empty());
+        }
+        // Extents shorter than min_run are taken one page at a time, lowest first.
+        let mut s = indexed(&[(7, 2), (3, 2)]);
+        let mut out = Vec::new();
+        assert_eq!(s.take_runs(5, 3, &mut out), 4);
+        assert_eq!(out, vec![(3, 2), (7, 2)]);
+    }
+
+    #[test]
+    fn take_low_runs_takes_the_lowest_long_extents_then_single_pages() {
+        for mut s in [
+            set(&[(2, 1), (4, 1), (10, 3), (20, 4), (40, 1), (50, 30)]),
+            indexed(&[(2, 1), (4, 1), (10, 3), (20, 4), (40, 1), (50, 30)]),
+        ] {
+            let mut out = Vec::new();
+            // 3 + 4 from the lowest long extents, 2 of the next, never the long tail first.
+            assert_eq!(s.take_low_runs(9, 2, &mut out), 9);
+            assert_eq!(out, vec![(10, 3), (20, 4), (50, 2)]);
+            assert_eq!(s.extents(), vec![(2, 1), (4, 1), (40, 1), (52, 28)]);
+            // Then the single pages once no long extent is left.
+            let mut out = Vec::new();
+            assert_eq!(s.take_low_runs(28, 2, &mut out), 28);
+            assert_eq!(out, vec![(52, 28)]);
+            let mut out = Vec::new();
+            assert_eq!(s.take_low_runs(5, 2, &mut out), 3);
+            assert_eq!(out, vec![(2, 1), (4, 1), (40, 1)]);
+            assert!(s.is_empty());
+        }
     }
 
     #[test]

@@ -6,7 +6,10 @@ use crate::{ExtentSet, FreeSpacePolicy, PageId, PolicyKind};
 ///
 /// Preferring low addresses packs live data toward the start of the file, which leaves a free
 /// tail the engine can truncate away.
-#[derive(Debug, Default, Clone)]
+///
+/// A commit's pages ([`FreeSpacePolicy::allocate_runs`]) come from whole extents instead,
+/// fewest runs first, which needs the length index.
+#[derive(Debug, Clone)]
 pub struct FirstFitPolicy {
     set: ExtentSet,
 }
@@ -14,7 +17,15 @@ pub struct FirstFitPolicy {
 impl FirstFitPolicy {
     /// An empty policy.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            set: ExtentSet::with_length_index(),
+        }
+    }
+}
+
+impl Default for FirstFitPolicy {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -25,6 +36,22 @@ impl FreeSpacePolicy for FirstFitPolicy {
 
     fn allocate(&mut self, n: u64) -> Option<PageId> {
         self.set.take_first_fit(n)
+    }
+
+    fn allocate_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        self.set.take_runs(n, 2, out)
+    }
+
+    fn allocate_low_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        self.set.take_low_runs(n, 2, out)
+    }
+
+    fn hands_out_runs(&self) -> bool {
+        true
+    }
+
+    fn allocate_run(&mut self, n: u64) -> Option<PageId> {
+        self.set.take_best_fit(n)
     }
 
     fn set(&self) -> &ExtentSet {

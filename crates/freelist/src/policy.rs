@@ -22,6 +22,54 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
         self.set_mut().take_first_fit(n)
     }
 
+    /// Does [`allocate_runs`](FreeSpacePolicy::allocate_runs) gather pages into runs? Only
+    /// then does the engine move a commit's pages, already allocated one at a time, to runs.
+    fn hands_out_runs(&self) -> bool {
+        false
+    }
+
+    /// One run of `n` pages if the policy has one, chosen cheaply (the shortest that fits, with
+    /// the length index); None otherwise. The default never has one.
+    fn allocate_run(&mut self, n: u64) -> Option<PageId> {
+        let _ = n;
+        None
+    }
+
+    /// Up to `n` pages for one commit, in as few runs as this policy is willing to hand out,
+    /// appended to `out` as `(start, len)`; returns how many it gave (the caller appends the
+    /// rest at the end of the file). The default asks [`allocate`](FreeSpacePolicy::allocate)
+    /// for one page at a time, so a policy's choice of pages is unchanged; FirstFit and
+    /// BestFit take whole extents ([`ExtentSet::take_runs`]), so a commit's pages are written
+    /// in few calls.
+    fn allocate_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let mut got = 0;
+        while got < n {
+            let Some(p) = self.allocate(1) else { break };
+            match out.last_mut() {
+                Some((start, len)) if *start + *len == p => *len += 1,
+                _ => out.push((p, 1)),
+            }
+            got += 1;
+        }
+        got
+    }
+
+    /// As [`allocate_runs`](FreeSpacePolicy::allocate_runs), but lowest first: whole extents
+    /// of two pages or more in address order, then single pages ([`ExtentSet::take_low_runs`]
+    /// in FirstFit and BestFit); the default asks `allocate` for one page at a time.
+    fn allocate_low_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let mut got = 0;
+        while got < n {
+            let Some(p) = self.allocate(1) else { break };
+            match out.last_mut() {
+                Some((start, len)) if *start + *len == p => *len += 1,
+                _ => out.push((p, 1)),
+            }
+            got += 1;
+        }
+        got
+    }
+
     /// Make pages start..start+n reusable (they must not already be in the set; debug_assert it).
     fn insert(&mut self, start: PageId, n: u64) {
         self.set_mut().insert(start, n);
