@@ -323,18 +323,7 @@ fn take_pages(
     let got = match how {
         Take::Runs => policy.allocate_runs(n, &mut runs),
         Take::LowRuns => policy.allocate_low_runs(n, &mut runs),
-        Take::Singles => {
-            let mut got = 0;
-            while got < n {
-                let Some(p) = policy.allocate(1) else { break };
-                match runs.last_mut() {
-                    Some((s, l)) if *s + *l == p => *l += 1,
-                    _ => runs.push((p, 1)),
-                }
-                got += 1;
-            }
-            got
-        }
+        Take::Singles => larch_freelist::policy::allocate_singles(policy, n, &mut runs),
     }
     .min(n);
     for &(p, len) in &runs {

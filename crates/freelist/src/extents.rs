@@ -233,16 +233,7 @@ impl ExtentSet {
                 _ => break,
             }
         }
-        while left > 0 {
-            let Some(s) = self.take_first_fit(1) else {
-                break;
-            };
-            match out.last_mut() {
-                Some((start, len)) if *start + *len == s => *len += 1,
-                _ => out.push((s, 1)),
-            }
-            left -= 1;
-        }
+        left -= self.take_singles(left, out);
         n - left
     }
 
@@ -269,7 +260,15 @@ impl ExtentSet {
             self.take_front(s, l, k);
             out.push((s, k));
         }
-        while left > 0 {
+        left -= self.take_singles(left, out);
+        n - left
+    }
+
+    /// Up to `n` single pages, lowest first, appended to `out` (a page right after the last
+    /// run extends it). Returns the pages taken.
+    fn take_singles(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let mut got = 0;
+        while got < n {
             let Some(s) = self.take_first_fit(1) else {
                 break;
             };
@@ -277,9 +276,9 @@ impl ExtentSet {
                 Some((start, len)) if *start + *len == s => *len += 1,
                 _ => out.push((s, 1)),
             }
-            left -= 1;
+            got += 1;
         }
-        n - left
+        got
     }
 
     /// Drop every page >= `end`.

@@ -42,32 +42,14 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
     /// BestFit take whole extents ([`ExtentSet::take_runs`]), so a commit's pages are written
     /// in few calls.
     fn allocate_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
-        let mut got = 0;
-        while got < n {
-            let Some(p) = self.allocate(1) else { break };
-            match out.last_mut() {
-                Some((start, len)) if *start + *len == p => *len += 1,
-                _ => out.push((p, 1)),
-            }
-            got += 1;
-        }
-        got
+        allocate_singles(self, n, out)
     }
 
     /// As [`allocate_runs`](FreeSpacePolicy::allocate_runs), but lowest first: whole extents
     /// of two pages or more in address order, then single pages ([`ExtentSet::take_low_runs`]
     /// in FirstFit and BestFit); the default asks `allocate` for one page at a time.
     fn allocate_low_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
-        let mut got = 0;
-        while got < n {
-            let Some(p) = self.allocate(1) else { break };
-            match out.last_mut() {
-                Some((start, len)) if *start + *len == p => *len += 1,
-                _ => out.push((p, 1)),
-            }
-            got += 1;
-        }
-        got
+        allocate_singles(self, n, out)
     }
 
     /// Make pages start..start+n reusable (they must not already be in the set; debug_assert it).
@@ -117,4 +99,25 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
 
     /// The reusable pages, for changing them.
     fn set_mut(&mut self) -> &mut ExtentSet;
+}
+
+/// Up to `n` pages from `policy` one at a time ([`FreeSpacePolicy::allocate`]`(1)`), appended
+/// to `out` as `(start, len)` with adjacent pages merged into one run; returns how many it
+/// gave. What the default [`FreeSpacePolicy::allocate_runs`] does, so a policy's choice of
+/// pages is unchanged.
+pub fn allocate_singles<P: FreeSpacePolicy + ?Sized>(
+    policy: &mut P,
+    n: u64,
+    out: &mut Vec<(PageId, u64)>,
+) -> u64 {
+    let mut got = 0;
+    while got < n {
+        let Some(p) = policy.allocate(1) else { break };
+        match out.last_mut() {
+            Some((start, len)) if *start + *len == p => *len += 1,
+            _ => out.push((p, 1)),
+        }
+        got += 1;
+    }
+    got
 }
