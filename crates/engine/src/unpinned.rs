@@ -52,7 +52,7 @@ impl ReaderPinned {
     /// after `on_disk` (the newest meta written to the file), otherwise handed to the ordinary
     /// pending queue. Returns pages reusable.
     pub fn release(&mut self, readers_safe: TxId, on_disk: TxId, free: &mut FreeSpace) -> u64 {
-        let mut reusable = 0;
+        let mut reusable = Vec::new();
         while let Some((&freed_by, _)) = self.by_txid.first_key_value() {
             if freed_by > readers_safe {
                 break;
@@ -61,14 +61,14 @@ impl ReaderPinned {
             for (p, n, written) in runs {
                 self.pages -= n;
                 if written > on_disk {
-                    free.policy.insert(p, n);
-                    reusable += n;
+                    reusable.push((p, n));
                 } else {
                     free.free(freed_by, p, n);
                 }
             }
         }
-        reusable
+        free.policy.insert_runs(&mut reusable);
+        reusable.iter().map(|&(_, n)| n).sum()
     }
 
     /// Pages waiting.

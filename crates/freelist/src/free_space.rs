@@ -27,12 +27,9 @@ impl FreeSpace {
 
     /// Move everything freed by transactions <= safe into the policy's reusable set. Returns pages moved.
     pub fn release(&mut self, safe: TxId) -> u64 {
-        let mut moved = 0;
-        for (start, n) in self.pending.release(safe) {
-            self.policy.insert(start, n);
-            moved += n;
-        }
-        moved
+        let mut runs = self.pending.release(safe);
+        self.policy.insert_runs(&mut runs);
+        runs.iter().map(|&(_, n)| n).sum()
     }
 
     /// Pages reusable now.

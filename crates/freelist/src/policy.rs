@@ -57,6 +57,16 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
         self.set_mut().insert(start, n);
     }
 
+    /// Make every run in `runs` reusable, as [`insert`](FreeSpacePolicy::insert) of each:
+    /// sorted and adjacent runs joined first, so pages freed one at a time (a commit's hot
+    /// run) cost one insert, not one each. Leaves `runs` sorted and coalesced.
+    fn insert_runs(&mut self, runs: &mut Vec<(PageId, u64)>) {
+        coalesce(runs);
+        for &(p, n) in runs.iter() {
+            self.insert(p, n);
+        }
+    }
+
     /// Remove exactly pages start..start+n from the set (used to undo an insert); returns false
     /// and changes nothing if any of them is not in the set.
     fn remove(&mut self, start: PageId, n: u64) -> bool {
@@ -101,6 +111,27 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
     fn set_mut(&mut self) -> &mut ExtentSet;
 }
 
+/// Sort `runs` by first page and join runs that touch (`(4, 2)` and `(6, 1)` become `(4, 3)`).
+/// Runs must not overlap.
+pub fn coalesce(runs: &mut Vec<(PageId, u64)>) {
+    if runs.len() < 2 {
+        return;
+    }
+    runs.sort_unstable_by_key(|&(p, _)| p);
+    let mut out = 0;
+    for i in 1..runs.len() {
+        let (p, n) = runs[i];
+        let last = &mut runs[out];
+        if last.0 + last.1 == p {
+            last.1 += n;
+        } else {
+            out += 1;
+            runs[out] = (p, n);
+        }
+    }
+    runs.truncate(out + 1);
+}
+
 /// Up to `n` pages from `policy` one at a time ([`FreeSpacePolicy::allocate`]`(1)`), appended
 /// to `out` as `(start, len)` with adjacent pages merged into one run; returns how many it
 /// gave. What the default [`FreeSpacePolicy::allocate_runs`] does, so a policy's choice of
@@ -120,4 +151,36 @@ pub fn allocate_singles<P: FreeSpacePolicy + ?Sized>(
         got += 1;
     }
     got
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalesce_sorts_and_joins_touching_runs_only() {
+        let mut runs = vec![(9, 1), (4, 2), (12, 3), (6, 1), (1, 1), (10, 1)];
+        coalesce(&mut runs);
+        assert_eq!(runs, vec![(1, 1), (4, 3), (9, 2), (12, 3)]);
+        let mut one = vec![(3, 2)];
+        coalesce(&mut one);
+        assert_eq!(one, vec![(3, 2)]);
+        let mut none: Vec<(PageId, u64)> = Vec::new();
+        coalesce(&mut none);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn insert_runs_leaves_the_same_set_as_inserting_each() {
+        let runs = vec![(20, 1), (7, 1), (8, 2), (21, 4), (2, 1), (30, 1)];
+        let mut a = crate::first_fit::FirstFitPolicy::default();
+        let mut b = crate::first_fit::FirstFitPolicy::default();
+        for &(p, n) in &runs {
+            a.insert(p, n);
+        }
+        b.insert_runs(&mut runs.clone());
+        assert_eq!(a.extents(), b.extents());
+        assert_eq!(b.extents(), vec![(2, 1), (7, 3), (20, 5), (30, 1)]);
+        assert_eq!(a.len(), b.len());
+    }
 }
