@@ -183,16 +183,14 @@ impl Batch {
 
     fn remove_overlapping(&mut self, p: PageId, n: u64) {
         let end = p + n;
-        let mut gone: Vec<PageId> = self.objects.range(p..end).map(|(&q, _)| q).collect();
-        if let Some((&q, o)) = self.objects.range(..p).next_back() {
-            if q + o.pages as u64 > p {
-                gone.push(q);
+        // Objects do not overlap one another, so walking back from the last one that starts
+        // before `end`, they overlap p..end until one ends at or before `p`.
+        while let Some((&q, o)) = self.objects.range(..end).next_back() {
+            if q + o.pages as u64 <= p {
+                break;
             }
-        }
-        for q in gone {
-            if let Some(v) = self.remove(q) {
-                self.last_removed.push((q, v));
-            }
+            let Some(v) = self.remove(q) else { break };
+            self.last_removed.push((q, v));
         }
     }
 
