@@ -13,6 +13,10 @@ use crate::{PageId, TxId};
 /// length), once per open file, when the free set has no run for it (`Txn::gather_hot_pages`).
 const HOT_RUN_GROWTH_MAX: u64 = 8;
 
+/// The first provisional page id (`Txn::alloc_node`): far past any page a file can have
+/// (`larch_pager` refuses files past 16 TiB), so none is ever mistaken for a real page.
+pub(crate) const PROVISIONAL: PageId = 1 << 62;
+
 /// What to undo if the transaction does not commit.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Undo {
@@ -27,6 +31,27 @@ pub(crate) enum Undo {
 }
 
 impl Txn {
+    /// A page id for a new dirty node. Where the commit gives every dirty node its page
+    /// (`Txn::gather_hot_pages`: policies that hand out runs, not compacting in place), the
+    /// id is provisional, unique in the transaction and never written: nothing is taken from
+    /// the free set until commit, so nothing is given back there. The free map's own nodes
+    /// are saved after that and take real pages.
+    pub(crate) fn alloc_node(&mut self) -> PageId {
+        // After the commit gathered the pages, a node made then (none is expected: the
+        // catalog's second pass stores same-size values) takes a real page.
+        if self.gathers_pages() && !self.gathered && self.active != FREEMAP {
+            let p = PROVISIONAL + self.provisional;
+            self.provisional += 1;
+            return p;
+        }
+        self.alloc(1)
+    }
+
+    /// Whether the commit gives the dirty nodes their pages (`Txn::gather_hot_pages`).
+    pub(crate) fn gathers_pages(&self) -> bool {
+        !self.compacting && self.writer.free.policy.hands_out_runs()
+    }
+
     /// `n` contiguous pages this transaction may write.
     pub(crate) fn alloc(&mut self, n: u64) -> PageId {
         if n == 1 && self.active == FREEMAP {
@@ -90,6 +115,10 @@ impl Txn {
     /// so a run allocated before a savepoint, freed after it and reused would be overwritten
     /// under the entry a rollback brings back; such pages wait for the commit (`held_fresh`).
     pub(crate) fn free_fresh(&mut self, p: PageId, n: u64) {
+        if p >= PROVISIONAL {
+            // Never taken from the free set (`Txn::alloc_node`).
+            return;
+        }
         if self.savepoints.is_empty() {
             self.writer.free.policy.insert(p, n);
         } else {
@@ -166,16 +195,17 @@ impl Txn {
     /// nodes never take the longest runs: those are often the free tail of the file, which
     /// would then not be given back.
     ///
-    /// Nodes get their pages one at a time as they are copied; nothing is written on those
-    /// pages before the commit, so they go back to the reusable set and are taken again.
+    /// Until then the nodes hold provisional page ids (`Txn::alloc_node`): nothing is taken
+    /// from the free set for them before the commit, so nothing goes back to it here.
     /// Called at commit after the catalog's roots are stored (a root's page may change: the
     /// caller stores them again) and before the free map is saved (it records the exchange;
     /// the caller frees the slots it did not use). Only for policies that hand out runs, and
     /// not while compacting in place, which wants the lowest pages.
     pub(crate) fn gather_hot_pages(&mut self) -> bool {
-        if self.compacting || !self.writer.free.policy.hands_out_runs() {
+        if !self.gathers_pages() {
             return false;
         }
+        self.gathered = true;
         self.park();
         // (class, tree, page, node): roots first (0, catalog first), then the nodes copied
         // from a page the last commit wrote (1), then the rest (2), by page.
@@ -212,9 +242,13 @@ impl Txn {
         let cold = order.len() as u64 - hot - warm;
         let writer = &mut *self.writer;
         let policy = &mut writer.free.policy;
+        // Every node's page is provisional (`Txn::alloc_node`) unless it was made while the
+        // free map was active (it is not gathered) or before the policy said so.
         for &(_, _, p, _) in &order {
-            policy.insert(p, 1);
-            self.undo.push(Undo::FreshFreed(p, 1));
+            if p < PROVISIONAL {
+                policy.insert(p, 1);
+                self.undo.push(Undo::FreshFreed(p, 1));
+            }
         }
         // The hot run: the roots and the free map's slots, one per level of it and one more
         // for the leaf of the other hot run's chunk.
@@ -243,7 +277,9 @@ impl Txn {
         let cold_runs = take_pages(&mut **policy, undo, hw, cold, Take::Singles);
         // Every old page is marked free and every new one taken; a page in both stays taken.
         for &(_, _, p, _) in &order {
-            self.freemap_changes.insert(p, true);
+            if p < PROVISIONAL {
+                self.freemap_changes.insert(p, true);
+            }
         }
         let mut hot_pages: Vec<PageId> = runs.iter().flat_map(|&(p, len)| p..p + len).collect();
         debug_assert_eq!(hot_pages.len() as u64, want);

@@ -48,7 +48,7 @@ impl Txn {
         let role = self.trees[t].role;
         let Some(&leaf) = tail.last() else {
             // An empty tree: its first leaf is the root.
-            let page = self.alloc(1);
+            let page = self.alloc_node();
             let mut n = Node::empty(page, true, role);
             n.push(key, val);
             self.nodes.push(n);
@@ -64,7 +64,7 @@ impl Txn {
         }
         // The last leaf is full: a new one starts, and its separator goes up the tail.
         let sep = separator(self.nodes[leaf].last_key(), key);
-        let page = self.alloc(1);
+        let page = self.alloc_node();
         let mut n = Node::empty(page, true, role);
         // It will fill up: grow its arena once, not entry by entry.
         n.reserve(self.limits.page_size, 1 + cap / (key.len() + 16));
@@ -90,7 +90,7 @@ impl Txn {
             }
             // The parent is full too: a new branch beside it takes the new child, and the
             // same separator goes one level further up.
-            let page = self.alloc(1);
+            let page = self.alloc_node();
             let mut b = Node::empty(page, false, role);
             b.push_child(&[], Child::Node(child));
             self.nodes.push(b);

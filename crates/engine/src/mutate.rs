@@ -54,7 +54,7 @@ impl Txn {
                 let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
                 let page = view.node(p, role)?;
                 let mut node = Node::decode_reusing(&page, 0, role, &mut self.writer.spare_nodes)?;
-                node.page = self.alloc(1);
+                node.page = self.alloc_node();
                 node.hot = page.txid() + 1 >= self.txid;
                 self.free_written(p, 1, page.txid());
                 self.nodes.push(node);
@@ -131,7 +131,7 @@ impl Txn {
         let root = match self.trees[t].root {
             Some(r) => self.touch(r, role)?,
             None => {
-                let page = self.alloc(1);
+                let page = self.alloc_node();
                 self.nodes.push(Node::empty(page, true, role));
                 self.trees[t].depth = 1;
                 self.nodes.len() - 1
@@ -244,7 +244,7 @@ impl Txn {
                 }
             }
         }
-        let page = self.alloc(1);
+        let page = self.alloc_node();
         let n = &mut self.nodes[id];
         let mut right = n.split_off(best, page);
         let sep = if n.leaf {
@@ -354,7 +354,7 @@ impl Txn {
     /// A new root over `left` and `right`.
     pub(crate) fn grow_root(&mut self, t: TreeIdx, left: NodeIdx, sep: Vec<u8>, right: NodeIdx) {
         let role = self.trees[t].role;
-        let page = self.alloc(1);
+        let page = self.alloc_node();
         let mut n = Node::empty(page, false, role);
         n.push(&[], Val::Inline(&[]));
         n.push(&sep, Val::Inline(&[]));
@@ -479,7 +479,8 @@ impl Txn {
         let mut visited: u64 = 0;
         while let Some((c, level)) = stack.pop() {
             visited += 1;
-            if visited > self.high_water || level == 0 {
+            // Dirty nodes may have provisional pages (`Txn::alloc_node`), past the mark.
+            if visited > self.high_water + self.provisional || level == 0 {
                 return Err(Error::corrupt(
                     0,
                     "tree walk visits more pages than the file holds (cycle?)",

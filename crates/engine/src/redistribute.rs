@@ -156,7 +156,7 @@ impl Txn {
             a => right.move_entries(0..a - nl, left, nl),
         }
         let third = cuts.get(1).map(|&b| {
-            let page = self.alloc(1);
+            let page = self.alloc_node();
             right.split_off(b - cuts[0], page)
         });
         self.nodes[rn] = right;

@@ -104,6 +104,10 @@ pub(crate) struct Txn {
     /// In-place compaction: allocate the lowest free pages whatever the policy prefers, and
     /// give back any free tail of the file however short.
     pub(crate) compacting: bool,
+    /// Provisional page ids handed out so far (`Txn::alloc_node`), and whether the commit
+    /// has replaced them (`Txn::gather_hot_pages`).
+    pub(crate) provisional: PageId,
+    pub(crate) gathered: bool,
     pub(crate) done: bool,
     /// The newest meta open could pick after a crash, as of `begin` (it only grows: a page
     /// classified against an older value is re-checked when released, unpinned.rs).
@@ -223,6 +227,8 @@ impl Txn {
             freemap_changes: BTreeMap::new(),
             durability: shared.opts.durability,
             compacting: false,
+            provisional: 0,
+            gathered: false,
             done: false,
             on_disk,
             writer,
@@ -580,6 +586,14 @@ impl Txn {
             );
         }
         order.sort_unstable_by_key(|&(page, _, _)| page);
+        if let Some(&(page, _, _)) = order.last().filter(|o| o.0 >= crate::alloc::PROVISIONAL) {
+            // A node the commit did not give a page (`Txn::alloc_node`): a bug, and nothing
+            // of this commit is written.
+            return Err(Error::corrupt(
+                page,
+                "a dirty node still has a provisional page id at commit",
+            ));
+        }
         let pages: Vec<PageId> = order.iter().map(|&(page, _, _)| page).collect();
         // Encode into a bounded buffer and write each contiguous run of pages as it fills,
         // so a commit's memory does not grow by a second copy of every page it touched.
