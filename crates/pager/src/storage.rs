@@ -81,6 +81,17 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn file(&self) -> &File;
 }
 
+/// The most bytes one `pwrite` call writes, and the boundaries of the file its calls end at.
+///
+/// The page cache holds a range of the file in folios as large as the write that brought it
+/// in (large folios: ext4 on Linux 6.18 among others), and every later write into a folio,
+/// and its writeback, walks all of the folio's blocks: a 4 KiB page rewritten inside a 2 MiB
+/// folio costs 512 of those steps, twice. A commit's long runs (a bulk load, a compaction)
+/// written in one call would leave such folios for every later commit to pay; written in
+/// 64 KiB pieces, they leave folios of at most 64 KiB, which reads through the map do not
+/// miss (docs/performance.md, "Page-cache folios").
+pub const WRITE_PIECE: u64 = 64 << 10;
+
 /// The real storage: a file written with pwritev or through a writable map.
 #[derive(Debug)]
 pub struct FileStorage {
@@ -111,6 +122,14 @@ impl FileStorage {
     /// The write mode.
     pub fn mode(&self) -> WriteMode {
         self.mode
+    }
+
+    /// [`FileStorage::pwritev_all`] in calls that each end at a [`WRITE_PIECE`] boundary of
+    /// the file (or at the end of the data).
+    fn write_in_pieces(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        for_each_piece(offset, bufs, WRITE_PIECE, |at, piece| {
+            self.pwritev_all(at, piece)
+        })
     }
 
     fn pwritev_all(&self, mut offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
@@ -278,14 +297,14 @@ impl Storage for FileStorage {
 
     fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         match self.mode {
-            WriteMode::Pwrite | WriteMode::Hybrid => self.pwritev_all(offset, bufs),
+            WriteMode::Pwrite | WriteMode::Hybrid => self.write_in_pieces(offset, bufs),
             WriteMode::Mmap => self.checked_map_write(offset, bufs),
         }
     }
 
     fn write_deferred(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         match self.mode {
-            WriteMode::Pwrite => self.pwritev_all(offset, bufs),
+            WriteMode::Pwrite => self.write_in_pieces(offset, bufs),
             WriteMode::Mmap | WriteMode::Hybrid => self.checked_map_write(offset, bufs),
         }
     }
@@ -335,10 +354,111 @@ pub(crate) fn first_hole(file: &File, from: u64) -> Option<u64> {
     u64::try_from(at).ok()
 }
 
+/// Call `write(offset, bufs)` for consecutive pieces of the data `bufs` holds (to be written
+/// at `offset`), each ending at a multiple of `piece` in the file or at the data's end.
+fn for_each_piece(
+    offset: u64,
+    bufs: &[&[u8]],
+    piece: u64,
+    mut write: impl FnMut(u64, &[&[u8]]) -> io::Result<()>,
+) -> io::Result<()> {
+    let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+    if offset % piece + total <= piece {
+        return write(offset, bufs);
+    }
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let mut start = offset;
+    let mut at = offset;
+    for &b in bufs {
+        let mut b = b;
+        while !b.is_empty() {
+            let end = (at / piece + 1) * piece;
+            let take = usize::try_from(end - at).map_or(b.len(), |n| n.min(b.len()));
+            parts.push(&b[..take]);
+            b = &b[take..];
+            at += take as u64;
+            if at == end {
+                write(start, &parts)?;
+                parts.clear();
+                start = at;
+            }
+        }
+    }
+    if !parts.is_empty() {
+        write(start, &parts)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    /// Every piece ends on a boundary or at the data's end, none is empty or crosses a
+    /// boundary, and together they are the data at its offsets, whatever the buffers' split.
+    #[test]
+    fn pieces_end_on_boundaries_and_cover_the_data_in_order() {
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for &offset in &[0u64, 1, 4095, 4096, 16_383, 16_384, 100_000] {
+            for cuts in [
+                vec![],
+                vec![5],
+                vec![4096, 20_000],
+                vec![16_384, 16_385, 69_999],
+            ] {
+                let mut bufs: Vec<&[u8]> = Vec::new();
+                let mut from = 0;
+                for &c in &cuts {
+                    bufs.push(&data[from..c]);
+                    from = c;
+                }
+                bufs.push(&data[from..]);
+                let mut got: Vec<(u64, Vec<u8>)> = Vec::new();
+                for_each_piece(offset, &bufs, 16_384, |at, parts| {
+                    got.push((at, parts.concat()));
+                    Ok(())
+                })
+                .unwrap();
+                let mut next = offset;
+                for (i, (at, bytes)) in got.iter().enumerate() {
+                    assert_eq!(*at, next, "pieces must follow one another");
+                    assert!(!bytes.is_empty());
+                    let end = at + bytes.len() as u64;
+                    assert!(
+                        (at / 16_384) == ((end - 1) / 16_384),
+                        "piece {at}..{end} crosses a boundary"
+                    );
+                    if i + 1 < got.len() {
+                        assert_eq!(end % 16_384, 0, "a piece but the last ends on a boundary");
+                    }
+                    next = end;
+                }
+                let joined: Vec<u8> = got.into_iter().flat_map(|(_, b)| b).collect();
+                assert_eq!(joined, data, "offset {offset}, cuts {cuts:?}");
+            }
+        }
+    }
+
+    /// A run written through `write_at` in pieces reads back whole.
+    #[test]
+    fn a_long_write_in_pieces_reads_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.path().join("pieces"))
+            .unwrap();
+        let s = FileStorage::new(file, WriteMode::Pwrite);
+        let a: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        let b = vec![0xabu8; 12_345];
+        s.write_at(3 * 4096, &[&a, &b]).unwrap();
+        let mut back = vec![0u8; a.len() + b.len()];
+        s.file().read_exact_at(&mut back, 3 * 4096).unwrap();
+        assert_eq!(&back[..a.len()], &a[..]);
+        assert_eq!(&back[a.len()..], &b[..]);
+    }
 
     /// The branch `set_len` takes when posix_fallocate is unsupported (EOPNOTSUPP/EINVAL):
     /// in Mmap mode every block of the grown range is allocated, not a hole.
