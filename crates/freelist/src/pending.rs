@@ -57,20 +57,26 @@ impl Pending {
 
     /// Remove and return every run freed by a transaction <= `safe`, in txid order.
     pub fn release(&mut self, safe: TxId) -> Vec<(PageId, u64)> {
-        let still_pending = match safe.checked_add(1) {
-            Some(first_unsafe) => self.by_tx.split_off(&first_unsafe),
-            None => BTreeMap::new(),
-        };
-        let released = std::mem::replace(&mut self.by_tx, still_pending);
-        let mut held = 0;
-        for (&tx, runs) in &released {
+        // Transaction by transaction from the oldest: most calls release one or none, and
+        // splitting the map would build a new one each time.
+        let mut runs: Vec<(PageId, u64)> = Vec::new();
+        while let Some(entry) = self.by_tx.first_entry() {
+            if *entry.key() > safe {
+                break;
+            }
+            let tx = *entry.key();
+            let mut freed = entry.remove();
+            let n: u64 = freed.iter().map(|&(_, n)| n).sum();
+            self.pages -= n;
             if tx <= self.mark {
-                held += runs.iter().map(|&(_, n)| n).sum::<u64>();
+                self.held -= n;
+            }
+            if runs.is_empty() {
+                runs = freed;
+            } else {
+                runs.append(&mut freed);
             }
         }
-        self.held -= held;
-        let runs: Vec<(PageId, u64)> = released.into_values().flatten().collect();
-        self.pages -= runs.iter().map(|&(_, n)| n).sum::<u64>();
         runs
     }
 
