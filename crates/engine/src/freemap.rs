@@ -146,32 +146,36 @@ impl Txn {
             if changes.is_empty() {
                 return Ok(());
             }
-            // By chunk; the hot chunks first, so the nodes that hold them are the first the
-            // free map copies and take the slots next to the hot run.
-            let mut groups: Vec<(u64, Vec<(PageId, bool)>)> = Vec::new();
-            for (p, unreachable) in changes {
+            // By chunk (the changes are in page order, so a chunk's are adjacent); the hot
+            // chunks first, so the nodes that hold them are the first the free map copies and
+            // take the slots next to the hot run.
+            let changes: Vec<(PageId, bool)> = changes.into_iter().collect();
+            let mut groups: Vec<(u64, usize, usize)> = Vec::new();
+            for (i, &(p, _)) in changes.iter().enumerate() {
                 let idx = p / CHUNK_PAGES;
                 match groups.last_mut() {
-                    Some((i, g)) if *i == idx => g.push((p, unreachable)),
-                    _ => groups.push((idx, vec![(p, unreachable)])),
+                    Some((g, _, end)) if *g == idx => *end = i + 1,
+                    _ => groups.push((idx, i, i + 1)),
                 }
             }
             let hot = std::mem::take(&mut self.hot_chunks);
-            groups.sort_by_key(|(idx, _)| !hot.contains(idx));
-            for (idx, group) in groups {
+            groups.sort_by_key(|&(idx, _, _)| !hot.contains(&idx));
+            let mut chunk: Vec<u8> = Vec::with_capacity(CHUNK_BYTES);
+            for (idx, from, to) in groups {
                 let key = idx.to_be_bytes();
-                let mut chunk = match self.get_in(FREEMAP, &key)? {
-                    Some(v) if v.len() == CHUNK_BYTES => v.to_vec(),
+                chunk.clear();
+                match self.get_in(FREEMAP, &key)? {
+                    Some(v) if v.len() == CHUNK_BYTES => chunk.extend_from_slice(v),
                     Some(v) => {
                         return Err(Error::corrupt(
                             self.base.meta.freemap.root,
                             format!("free-map chunk {idx} is {} bytes", v.len()),
                         ))
                     }
-                    None => vec![0u8; CHUNK_BYTES],
-                };
+                    None => chunk.resize(CHUNK_BYTES, 0),
+                }
                 let mut changed = false;
-                for (p, unreachable) in group {
+                for &(p, unreachable) in &changes[from..to] {
                     let off = (p % CHUNK_PAGES) as usize;
                     let (byte, mask) = (off / 8, 1u8 << (off % 8));
                     let was = chunk[byte] & mask != 0;
