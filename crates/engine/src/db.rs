@@ -275,9 +275,41 @@ impl Db {
         opts: Options,
         fs: Arc<dyn crate::fs::CompactionFs>,
     ) -> Result<Db> {
+        Self::open_as_process(path, storage, opts, fs, None)
+    }
+
+    /// [`Db::open_with_storage_as_process_and_fs`] for a process that `killer` may kill at
+    /// any step of the lock-file protocol from its attach on (larch_pager's kill.rs says what
+    /// a killed attachment leaves; the storage's writes are the test's to stop). The power-cut
+    /// simulation of several processes kills them this way. A test hook: only with the
+    /// feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn open_with_storage_as_killable_process(
+        path: impl AsRef<Path>,
+        storage: impl FnOnce(&Path) -> Box<dyn Storage>,
+        opts: Options,
+        fs: Arc<dyn crate::fs::CompactionFs>,
+        killer: Arc<dyn larch_pager::Killer>,
+    ) -> Result<Db> {
+        Self::open_as_process(path, storage, opts, fs, Some(killer))
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn open_as_process(
+        path: impl AsRef<Path>,
+        storage: impl FnOnce(&Path) -> Box<dyn Storage>,
+        opts: Options,
+        fs: Arc<dyn crate::fs::CompactionFs>,
+        killer: Option<Arc<dyn larch_pager::Killer>>,
+    ) -> Result<Db> {
         opts.validate()?;
         let resolved = larch_pager::resolve_path(path.as_ref())?;
-        let lock = Arc::new(ProcessLock::new(LockFile::open(&resolved, true)?));
+        let file = LockFile::open(&resolved, true)?;
+        if let Some(k) = killer {
+            file.set_killer(k);
+        }
+        let lock = Arc::new(ProcessLock::new(file));
         let popts = PagerOptions {
             page_size: opts.page_size,
             write_mode: opts.write_mode,
