@@ -67,7 +67,9 @@ enum Event {
     Meta,
     Sync,
     SetLen,
-    /// One of compaction's directory operations.
+    /// The rename of a compacted file over the database's name.
+    Rename,
+    /// Another of compaction's directory operations (link, removal, directory sync).
     Dir,
 }
 
@@ -96,20 +98,58 @@ struct Rule {
     skip: usize,
 }
 
+/// A rule and how far the events it counts have come.
 #[derive(Debug, Default)]
-struct FateState {
+struct Armed {
     rule: Option<Rule>,
     after_seen: bool,
     skipped: usize,
     /// Events since the rule was armed.
     seen: Vec<Event>,
+}
+
+impl Armed {
+    fn arm(&mut self, rule: Option<Rule>) {
+        self.rule = rule;
+        self.after_seen = rule.is_some_and(|r| r.after.is_none());
+        self.skipped = 0;
+        self.seen.clear();
+    }
+
+    /// Does the process live to do `e`? If not, the events before it.
+    fn lives_to(&mut self, e: Event) -> Result<(), Vec<Event>> {
+        let Some(rule) = self.rule else {
+            return Ok(());
+        };
+        if self.after_seen && rule.before.matches(e) {
+            if self.skipped == rule.skip {
+                self.rule = None;
+                return Err(std::mem::take(&mut self.seen));
+            }
+            self.skipped += 1;
+        }
+        if rule.after.is_some_and(|a| a.matches(e)) {
+            self.after_seen = true;
+        }
+        self.seen.push(e);
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct FateState {
+    /// Counts the steps of the calls the test makes (on its own thread).
+    calls: Armed,
+    /// Counts the steps of the process's background compaction (on its thread).
+    compaction: Armed,
     /// The event the process died before, and the events before it since the rule was armed.
     died: Option<(Event, Vec<Event>)>,
 }
 
 /// Decides when a simulated process dies: asked by its lock file ([`Killer`]) and by its
-/// storage ([`Mortal`]) before each step. Only steps on the test's own thread kill (a
-/// background compaction's never do), so a script replays from its seed.
+/// storage ([`Mortal`]) before each step. One rule counts the steps of the test's calls,
+/// another those of a background compaction (which runs while the test waits for it), so a
+/// script replays from its seed.
 #[derive(Debug)]
 struct Fate {
     state: Mutex<FateState>,
@@ -126,18 +166,22 @@ impl Fate {
         })
     }
 
+    /// Kill before `rule`'s step of the calls that follow.
     fn arm(&self, rule: Rule) {
-        let mut st = self.state.lock().unwrap();
-        st.rule = Some(rule);
-        st.after_seen = rule.after.is_none();
-        st.skipped = 0;
-        st.seen.clear();
+        self.state.lock().unwrap().calls.arm(Some(rule));
     }
 
     fn disarm(&self) {
-        let mut st = self.state.lock().unwrap();
-        st.rule = None;
-        st.seen.clear();
+        self.state.lock().unwrap().calls.arm(None);
+    }
+
+    /// Kill before `rule`'s step of the background compaction that follows, if any.
+    fn arm_compaction(&self, rule: Rule) {
+        self.state.lock().unwrap().compaction.arm(Some(rule));
+    }
+
+    fn disarm_compaction(&self) {
+        self.state.lock().unwrap().compaction.arm(None);
     }
 
     /// Killed between two calls (or inside a transaction).
@@ -154,27 +198,20 @@ impl Fate {
         if self.is_dead() {
             return false;
         }
-        if std::thread::current().id() != self.thread {
-            return true;
-        }
         let mut st = self.state.lock().unwrap();
-        let Some(rule) = st.rule else {
-            return true;
+        let armed = if std::thread::current().id() == self.thread {
+            &mut st.calls
+        } else {
+            &mut st.compaction
         };
-        if st.after_seen && rule.before.matches(e) {
-            if st.skipped == rule.skip {
+        match armed.lives_to(e) {
+            Ok(()) => true,
+            Err(seen) => {
                 self.dead.store(true, Ordering::SeqCst);
-                st.died = Some((e, std::mem::take(&mut st.seen)));
-                st.rule = None;
-                return false;
+                st.died = Some((e, seen));
+                false
             }
-            st.skipped += 1;
         }
-        if rule.after.is_some_and(|a| a.matches(e)) {
-            st.after_seen = true;
-        }
-        st.seen.push(e);
-        true
     }
 
     /// What the death was, by the step it came before (for the counts).
@@ -199,6 +236,7 @@ impl Fate {
             Event::Sync if meta_unsynced => "meta written, not synced".into(),
             Event::Meta if wrote(Event::Pages) => "pages written, no meta".into(),
             Event::Pages if wrote(Event::Pages) => "amid page writes".into(),
+            Event::Dir if wrote(Event::Rename) => "renamed into place, directory not synced".into(),
             Event::Lock(LockStep::PublishDurable) if wrote(Event::Meta) => {
                 "published, not as durable".into()
             }
@@ -293,7 +331,10 @@ impl CompactionFs for MortalFs {
         self.dir_op(|| self.inner.hard_link(from, to))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.dir_op(|| self.inner.rename(from, to))
+        if !self.fate.lives_to(Event::Rename) {
+            return Err(killed());
+        }
+        self.inner.rename(from, to)
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
         self.dir_op(|| self.inner.remove(path))
@@ -489,6 +530,8 @@ struct Sim {
     /// The newest commit in the file so far: no step may make an older one the newest (there
     /// is no power cut in the run itself; a meta written is never unwritten).
     high_mark: Pos,
+    /// Kill a process left alone at a random step of some of its compactions.
+    kill_compactions: bool,
 }
 
 impl Sim {
@@ -790,14 +833,15 @@ impl Sim {
         let Some(p) = self.procs[slot].as_mut() else {
             return;
         };
-        match p.db.wait_for_compaction() {
+        let r = p.db.wait_for_compaction();
+        p.fate.disarm_compaction();
+        let dead = p.fate.is_dead();
+        match r {
             Ok(_) | Err(Error::Compaction(_)) => {}
+            Err(_) if dead => {}
             Err(e) => panic!("{}, process {}: compaction: {e}", self.label, p.name),
         }
         let now = self.log.file_named(&self.path);
-        if now == file {
-            return;
-        }
         // Every commit in the old file, and this process's own (Async ones too).
         let newest = newest_meta(old, self.page_size);
         let from = if p.last.0 == file {
@@ -805,6 +849,26 @@ impl Sim {
         } else {
             (file, newest)
         };
+        if dead {
+            // Killed in its compaction: after the rename, the new file holds what the last
+            // round copied, synced before the rename.
+            if now != file {
+                let pos = (
+                    now,
+                    newest_meta(&File::open(&self.path).unwrap(), self.page_size),
+                );
+                let got = self.states[&from].clone();
+                self.states.insert(pos, got);
+                self.counts.switches += 1;
+            }
+            let fate = p.fate.clone();
+            self.record_death("compaction", &fate);
+            self.bury(slot);
+            return;
+        }
+        if now == file {
+            return;
+        }
         let rx = p.db.begin_read().unwrap();
         let got = tree_of(&rx);
         assert!(
@@ -904,17 +968,14 @@ impl Sim {
                 };
                 self.close(who, rule);
             }
+            _ if live.len() == 2 => self.reader(who),
             _ => {
-                if live.len() == 2 {
-                    self.reader(who)
-                } else {
-                    let rule = (self.rng.below(2) == 0).then(|| Rule {
-                        before: Match::Any,
-                        after: None,
-                        skip: self.rng.below(10) as usize,
-                    });
-                    self.open(1 - who, rule);
-                }
+                let rule = (self.rng.below(2) == 0).then(|| Rule {
+                    before: Match::Any,
+                    after: None,
+                    skip: self.rng.below(10) as usize,
+                });
+                self.open(1 - who, rule);
             }
         }
     }
@@ -930,6 +991,15 @@ impl Sim {
 
     /// Run `call` (a commit or a sync of the process in `slot`), then [`Sim::settle`].
     fn compacting(&mut self, slot: usize, call: impl FnOnce(&mut Sim)) {
+        if self.kill_compactions && !self.peer_alive(slot) && self.rng.below(4) == 0 {
+            // Alone, it may compact: then killed somewhere in the copy or the switch.
+            let rule = Rule {
+                before: Match::Any,
+                after: None,
+                skip: self.rng.below(40) as usize,
+            };
+            self.procs[slot].as_ref().unwrap().fate.arm_compaction(rule);
+        }
         let file = self.current();
         let old = File::open(&self.path).unwrap();
         let unpublished =
@@ -939,69 +1009,99 @@ impl Sim {
     }
 }
 
+impl Sim {
+    /// A script over a new database `DB` in `dir`, its random choices from `seed`.
+    fn new(dir: &Path, label: &str, seed: u64) -> Sim {
+        let path = dir.join(DB);
+        // A process left alone compacts once a tenth of its file is free (the check on every
+        // commit and sync; the timer out of the way, so a script replays from its seed).
+        let opts = Options::default()
+            .compaction_threshold(Some(0.1))
+            .compaction_min_bytes(0)
+            .compaction_check_every(Duration::from_secs(3600));
+        drop(Db::open(&path, opts).unwrap());
+        let log = Log::of_file(&path);
+        let mut states = BTreeMap::new();
+        states.insert((0, 0), Tree::new());
+        Sim {
+            path,
+            log,
+            opts,
+            page_size: opts.get_page_size(),
+            procs: [None, None],
+            states,
+            acks: Vec::new(),
+            held: Vec::new(),
+            counts: Counts::default(),
+            writer_was: 0,
+            rng: Rng(seed),
+            after_unpublished: false,
+            high_mark: (0, 0),
+            kill_compactions: false,
+            label: label.to_string(),
+        }
+    }
+
+    /// After each step: the file's newest commit never goes back.
+    fn check_high_mark(&mut self) {
+        let now = (self.current(), self.newest_meta_now());
+        assert!(
+            now >= self.high_mark,
+            "{}: the file's newest commit went back from {:?} to {now:?} without a power cut",
+            self.label,
+            self.high_mark
+        );
+        self.high_mark = now;
+    }
+
+    /// What the script recorded (the processes still open are dropped: their close-time
+    /// writes are left out, they are not what is checked here).
+    fn finish(mut self) -> Trace {
+        for (_, pos, rx) in std::mem::take(&mut self.held) {
+            check_snapshot(&rx, pos, &self.states, &self.label);
+        }
+        let ops = self.log.ops.lock().unwrap().clone();
+        let initial = self.log.files.lock().unwrap().initial.clone();
+        drop(std::mem::take(&mut self.procs));
+        Trace {
+            initial,
+            ops,
+            states: self.states,
+            acks: self.acks,
+            page_size: self.page_size,
+            counts: self.counts,
+        }
+    }
+}
+
+/// A random script of `steps` steps, two processes to begin with.
 fn run(label: &str, seed: u64, steps: usize) -> Trace {
     let dir = scratch_dir();
-    let path = dir.path().join(DB);
-    // A process left alone compacts once a tenth of its file is free (the check on every
-    // commit and sync; the timer out of the way, so a script replays from its seed).
-    let opts = Options::default()
-        .compaction_threshold(Some(0.1))
-        .compaction_min_bytes(0)
-        .compaction_check_every(Duration::from_secs(3600));
-    drop(Db::open(&path, opts).unwrap());
-    let log = Log::of_file(&path);
-    let mut sim = Sim {
-        path,
-        log: log.clone(),
-        opts,
-        page_size: opts.get_page_size(),
-        procs: [None, None],
-        states: BTreeMap::new(),
-        acks: Vec::new(),
-        held: Vec::new(),
-        counts: Counts::default(),
-        writer_was: 0,
-        rng: Rng(seed),
-        after_unpublished: false,
-        high_mark: (0, 0),
-        label: label.to_string(),
-    };
-    sim.states.insert((0, 0), Tree::new());
+    let mut sim = Sim::new(dir.path(), label, seed);
     sim.open(0, None);
     sim.open(1, None);
     for _ in 0..steps {
         sim.step();
-        let now = (sim.current(), sim.newest_meta_now());
-        assert!(
-            now >= sim.high_mark,
-            "{label}: the file's newest commit went back from {:?} to {now:?} without a power cut",
-            sim.high_mark
-        );
-        sim.high_mark = now;
+        sim.check_high_mark();
     }
-    for (_, pos, rx) in std::mem::take(&mut sim.held) {
-        check_snapshot(&rx, pos, &sim.states, label);
+    sim.finish()
+}
+
+/// Every cut of `trace`, three images each; how many.
+fn verify(trace: &Trace, label: &str, seed: u64) -> usize {
+    let dir = scratch_dir();
+    let mut cuts = 0;
+    for k in 0..=trace.ops.len() {
+        for how in [
+            Image::DurableOnly,
+            Image::Everything,
+            Image::Random(k as u64 * 7919 + seed),
+        ] {
+            verify_cut(trace, k, how, dir.path(), label);
+            cuts += 1;
+        }
     }
-    let ops = log.ops.lock().unwrap().clone();
-    let initial = log.files.lock().unwrap().initial.clone();
-    let Sim {
-        procs,
-        states,
-        acks,
-        counts,
-        page_size,
-        ..
-    } = sim;
-    // The close-time writes are left out of the trace (they are not what is checked here).
-    drop(procs);
-    Trace {
-        initial,
-        ops,
-        states,
-        acks,
-        page_size,
-        counts,
-    }
+    cuts
 }
 
 /// A snapshot held across other processes' commits still shows its commit: no page it
@@ -1080,22 +1180,11 @@ fn every_cut_of_processes_taking_turns_and_dying_opens_at_a_durable_whole_state(
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
-    let dir = scratch_dir();
     let mut total = Counts::default();
     for seed in 0..cases {
         let label = format!("seed {seed}");
         let trace = run(&label, seed * 7 + 1, 60);
-        let mut cuts = 0;
-        for k in 0..=trace.ops.len() {
-            for how in [
-                Image::DurableOnly,
-                Image::Everything,
-                Image::Random(k as u64 * 7919 + seed),
-            ] {
-                verify_cut(&trace, k, how, dir.path(), &label);
-                cuts += 1;
-            }
-        }
+        let cuts = verify(&trace, &label, seed);
         let c = &trace.counts;
         eprintln!(
             "{label}: {cuts} cuts over {} ops, {} handoffs, {} processes, {} deaths, {} switches",
