@@ -1253,3 +1253,39 @@ fn every_cut_of_processes_taking_turns_and_dying_opens_at_a_durable_whole_state(
         total.closes_after_unpublished
     );
 }
+/// A process killed between its background switch's rename and the directory fsync leaves a
+/// name that a power cut could undo. The next process to open the file (alone: it recovers
+/// it) must make that name durable before it acknowledges a commit in the file the name
+/// reaches, or a power cut takes the commit away with the rename.
+#[test]
+fn a_commit_after_a_switch_killed_before_its_directory_sync_survives_a_power_cut() {
+    let dir = scratch_dir();
+    let label = "killed between the rename and the directory sync";
+    let mut sim = Sim::new(dir.path(), label, 3);
+    sim.kill_compactions = false;
+    sim.open(0, None);
+    for _ in 0..400 {
+        let Some(p) = sim.procs[0].as_ref() else {
+            break;
+        };
+        p.fate.arm_compaction(Rule {
+            before: Match::Is(Event::Dir),
+            after: Some(Match::Is(Event::Rename)),
+            skip: 0,
+        });
+        sim.compacting(0, |s| s.commit(0, Durability::Sync, None));
+        sim.check_high_mark();
+    }
+    assert_eq!(
+        sim.counts
+            .deaths("compaction: renamed into place, directory not synced"),
+        1,
+        "no compaction reached its rename: {:?}",
+        sim.counts.deaths
+    );
+    sim.open(0, None);
+    sim.commit(0, Durability::Sync, None);
+    sim.check_high_mark();
+    let trace = sim.finish();
+    verify(&trace, label, 0);
+}

@@ -87,6 +87,20 @@ impl Drop for Db {
     }
 }
 
+/// A read-write open that recovers the file (no other process has it open) makes the file's
+/// name durable before anything is built on it: a process killed after renaming or linking a
+/// compacted file into place (the background switch, `compact_to`) and before fsyncing the
+/// directory leaves a name that a power cut could undo, and every commit this handle
+/// acknowledged as durable would go with it (docs/format.md, "Compaction").
+fn sync_name(fs: &dyn crate::fs::CompactionFs, path: &Path) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs.sync_dir(dir)
+        .map_err(|e| crate::Error::io("fsync directory", dir, e))
+}
+
 impl Db {
     /// Open `path`, creating it if missing (unless `Options::create(false)`); an empty (0-byte)
     /// file becomes a new database too. Fails with [`crate::Error::AlreadyOpen`] if another
@@ -157,6 +171,9 @@ impl Db {
         let Some(lock) = lock else {
             popts.flock = FileLock::Exclusive;
             let (pager, opened) = Pager::open(&resolved, popts)?;
+            if !opts.read_only {
+                sync_name(&crate::fs::RealFs, &resolved)?;
+            }
             let open_file = Self::from_pager(pager, opened, opts, None)?;
             if let Some(c) = claim {
                 let _ = open_file.inode.set(c);
@@ -213,6 +230,9 @@ impl Db {
                         )?);
                     }
                 }
+            }
+            if !opts.read_only && !popts.live {
+                sync_name(&*fs, resolved)?;
             }
             let meta = opened.current;
             if !opts.read_only
