@@ -14,9 +14,12 @@
 //! (larch_pager's kill.rs: its locks go at once, nothing more of it reaches the lock file or
 //! the data file) — between its take of the writer lock and the take's count, right after the
 //! take, amid its page writes, before its meta, between its meta and the sync or the
-//! publication, before it releases the lock, while opening or closing — or between two calls,
-//! holding the lock for Async commits, or inside a write transaction. A fresh process takes
-//! the dead one's place (after every process died, it recovers the file). Every write
+//! publication, before it releases the lock, while opening or closing, anywhere in a
+//! background compaction (the copy, the switch, between the rename and the directory fsync) —
+//! or between two calls, holding the lock for Async commits, or inside a write transaction. A
+//! fresh process takes the dead one's place (after every process died, it recovers the file,
+//! and makes its name durable: a compaction killed after its rename leaves one that a power cut
+//! could undo). Every write
 //! transaction must start on the newest meta in the file (a writer killed before publishing
 //! leaves one the lock file does not name) and see that commit's contents, and no step may
 //! make the file's newest commit an older one (there is no power cut in the run itself). A
@@ -1037,7 +1040,7 @@ impl Sim {
             rng: Rng(seed),
             after_unpublished: false,
             high_mark: (0, 0),
-            kill_compactions: false,
+            kill_compactions: true,
             label: label.to_string(),
         }
     }
@@ -1229,6 +1232,7 @@ fn every_cut_of_processes_taking_turns_and_dying_opens_at_a_durable_whole_state(
         ("close: ", 2),
         ("holding the lock for Async commits", 1),
         ("inside a write transaction", 1),
+        ("compaction: ", 2),
     ] {
         assert!(
             total.deaths(what) >= min,
@@ -1253,6 +1257,7 @@ fn every_cut_of_processes_taking_turns_and_dying_opens_at_a_durable_whole_state(
         total.closes_after_unpublished
     );
 }
+
 /// A process killed between its background switch's rename and the directory fsync leaves a
 /// name that a power cut could undo. The next process to open the file (alone: it recovers
 /// it) must make that name durable before it acknowledges a commit in the file the name
