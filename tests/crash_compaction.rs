@@ -2,14 +2,11 @@
 //! `Options::compaction_threshold` starts (copy, catch-up commits, rename over the old file).
 //!
 //! Compaction involves several files and directory operations, so the recording here is of a
-//! whole directory: every page write, sync and resize of every file (the database, the
-//! compacted copy) and every link, rename, removal and directory sync, in the order they
-//! happened (`larch::CompactionFs` routes compaction's through the recorder). For a cut after
-//! operation k we build what a disk could hold:
-//! - each file: its writes up to its own last sync, plus any subset of its later 4 KiB blocks,
-//!   some torn (as tests/crash.rs does for one file);
-//! - the directory: every operation up to the last directory sync, plus a prefix of the later
-//!   ones (a journaling file system persists metadata operations in order; a rename is atomic).
+//! whole directory (larch-testkit's `directory`): every page write, sync and resize of every
+//! file (the database, the compacted copy) and every link, rename, removal and directory sync,
+//! in the order they happened. For a cut after operation k we build what a disk could hold:
+//! each file to its last sync plus any subset of its later blocks, some torn; the directory to
+//! its last sync plus a prefix of the later operations.
 //!
 //! The database's path must then name a complete database (old or new file, never neither)
 //! holding a committed state no older than the last commit acknowledged as durable, and the
@@ -17,134 +14,18 @@
 //! `LARCH_CRASH_CASES` raises the number of random cuts per background run (default 300).
 
 mod support;
-use support::images::{land, takes_a_commit, Image};
-use support::recording::{open_rw, IoLog, IoOp, Recording};
+use larch_testkit::directory::{self, Log, Op, RecordingFs};
+use support::images::{takes_a_commit, Image};
+use support::recording::open_rw;
 use support::{scratch_dir, Rng};
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use larch::{CompactionFs, Db, Durability, Options, Policy, Storage, WriteMode};
+use larch::{Db, Durability, Options, Policy};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-#[derive(Clone, Debug)]
-enum Op {
-    /// A write, sync or resize of one file (by its number).
-    File {
-        file: usize,
-        op: IoOp,
-    },
-    /// A new file (created, synced and linked by the engine, with the directory synced): its
-    /// contents at creation and its name are durable from here on.
-    Create {
-        file: usize,
-        name: String,
-    },
-    Link {
-        from: String,
-        to: String,
-    },
-    Rename {
-        from: String,
-        to: String,
-    },
-    Remove {
-        name: String,
-    },
-    SyncDir,
-}
-
-#[derive(Debug, Default)]
-struct Log {
-    ops: IoLog<Op>,
-    files: Mutex<Files>,
-}
-
-#[derive(Debug, Default)]
-struct Files {
-    /// Contents of each file when it entered the log.
-    initial: Vec<Vec<u8>>,
-    /// Names to files as the engine sees them now (to know which file a path is).
-    names: BTreeMap<String, usize>,
-}
-
-fn name_of(p: &Path) -> String {
-    p.file_name().unwrap().to_string_lossy().into_owned()
-}
-
-/// A file's storage: applies every operation to the real file (the engine maps it) and logs it
-/// as file `id`'s.
-fn recording(file: File, id: usize, log: &Log) -> Recording<Op> {
-    Recording::tagged(file, &log.ops, move |op| Op::File { file: id, op })
-}
-
-/// Compaction's file-system operations, performed for real and logged.
-#[derive(Debug)]
-struct RecordingFs {
-    log: Arc<Log>,
-}
-
-impl CompactionFs for RecordingFs {
-    fn storage(&self, path: &Path, file: File, _mode: WriteMode) -> Box<dyn Storage> {
-        let mut files = self.log.files.lock().unwrap();
-        let name = name_of(path);
-        let id = match files.names.get(&name) {
-            Some(&id) => id,
-            None => {
-                let id = files.initial.len();
-                files.initial.push(std::fs::read(path).unwrap());
-                files.names.insert(name.clone(), id);
-                self.log
-                    .ops
-                    .lock()
-                    .unwrap()
-                    .push(Op::Create { file: id, name });
-                id
-            }
-        };
-        Box::new(recording(file, id, &self.log))
-    }
-    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
-        std::fs::hard_link(from, to)?;
-        let mut files = self.log.files.lock().unwrap();
-        let id = files.names[&name_of(from)];
-        files.names.insert(name_of(to), id);
-        self.log.ops.lock().unwrap().push(Op::Link {
-            from: name_of(from),
-            to: name_of(to),
-        });
-        Ok(())
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        std::fs::rename(from, to)?;
-        let mut files = self.log.files.lock().unwrap();
-        let id = files.names.remove(&name_of(from)).unwrap();
-        files.names.insert(name_of(to), id);
-        self.log.ops.lock().unwrap().push(Op::Rename {
-            from: name_of(from),
-            to: name_of(to),
-        });
-        Ok(())
-    }
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        std::fs::remove_file(path)?;
-        let mut files = self.log.files.lock().unwrap();
-        files.names.remove(&name_of(path));
-        self.log.ops.lock().unwrap().push(Op::Remove {
-            name: name_of(path),
-        });
-        Ok(())
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()?;
-        self.log.ops.lock().unwrap().push(Op::SyncDir);
-        Ok(())
-    }
-}
 
 const DB: &str = "db.larch";
 const DST: &str = "copy.larch";
@@ -195,13 +76,8 @@ fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
         .compaction_threshold(background.then_some(0.3))
         .compaction_min_bytes(0);
     drop(Db::open(&path, opts).unwrap());
-    let log = Arc::new(Log::default());
-    {
-        let mut files = log.files.lock().unwrap();
-        files.initial.push(std::fs::read(&path).unwrap());
-        files.names.insert(DB.to_string(), 0);
-    }
-    let storage = Box::new(recording(open_rw(&path), 0, &log));
+    let log = Log::of_file(&path);
+    let storage = Box::new(directory::recording(open_rw(&path), 0, &log));
     let fs = Arc::new(RecordingFs { log: log.clone() });
     let open_path = if via_link {
         let alias = dir.path().join(ALIAS);
@@ -276,69 +152,16 @@ fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
     trace
 }
 
-fn file_of(op: &Op) -> Option<usize> {
-    match op {
-        Op::File { file, .. } => Some(*file),
-        _ => None,
-    }
-}
-
 /// The directory (names to files) and each file's contents a cut after `k` ops may leave.
 fn build_image(trace: &Trace, k: usize, how: Image) -> (BTreeMap<String, usize>, Vec<Vec<u8>>) {
-    let ops = &trace.ops[..k];
-    let mut rng = Rng(match how {
-        Image::Random(seed) => seed | 1,
-        _ => 1,
-    });
-    // Files: each as the single-file image of its own operations, one seed across them all.
-    let mut files = trace.initial.clone();
-    for (id, img) in files.iter_mut().enumerate() {
-        let file_ops: Vec<IoOp> = ops
-            .iter()
-            .filter_map(|o| match o {
-                Op::File { file, op } if *file == id => Some(op.clone()),
-                _ => None,
-            })
-            .collect();
-        land(img, &file_ops, how, trace.opts.get_page_size(), &mut rng);
-    }
-    // Directory: durable up to the last directory sync (a create syncs it too), then a prefix.
-    let is_dir_op = |o: &Op| file_of(o).is_none();
-    let dir_ops: Vec<&Op> = ops.iter().filter(|o| is_dir_op(o)).collect();
-    let durable = dir_ops
-        .iter()
-        .rposition(|o| matches!(o, Op::SyncDir | Op::Create { .. }))
-        .map_or(0, |i| i + 1);
-    let extra = dir_ops.len() - durable;
-    let keep = durable
-        + match how {
-            Image::DurableOnly => 0,
-            Image::Everything => extra,
-            Image::Random(_) => rng.below(extra as u64 + 1) as usize,
-            other => unreachable!("{other:?}: these simulations build only three images"),
-        };
-    let mut names = BTreeMap::new();
-    names.insert(DB.to_string(), 0usize);
-    for op in &dir_ops[..keep] {
-        match op {
-            Op::Create { file, name } => {
-                names.insert(name.clone(), *file);
-            }
-            Op::Link { from, to } => {
-                let id = names[from];
-                names.insert(to.clone(), id);
-            }
-            Op::Rename { from, to } => {
-                let id = names.remove(from).unwrap();
-                names.insert(to.clone(), id);
-            }
-            Op::Remove { name } => {
-                names.remove(name);
-            }
-            _ => {}
-        }
-    }
-    (names, files)
+    directory::image_at(
+        &trace.initial,
+        &trace.ops,
+        k,
+        how,
+        trace.opts.get_page_size(),
+        DB,
+    )
 }
 
 fn contents(db: &Db) -> Model {
@@ -440,7 +263,7 @@ fn exhaustive(trace: &Trace, label: &str) -> usize {
 }
 
 fn dir_ops(trace: &Trace) -> usize {
-    trace.ops.iter().filter(|o| file_of(o).is_none()).count()
+    trace.ops.iter().filter(|o| o.file().is_none()).count()
 }
 
 #[test]
@@ -510,7 +333,7 @@ fn random_cuts_of_background_compaction_racing_commits_keep_every_durable_commit
             .ops
             .iter()
             .enumerate()
-            .filter(|(_, o)| file_of(o).is_none())
+            .filter(|(_, o)| o.file().is_none())
             .flat_map(|(i, _)| [i, i + 1])
             .collect();
         for _ in 0..cases() {

@@ -87,6 +87,20 @@ impl Drop for Db {
     }
 }
 
+/// A read-write open that recovers the file (no other process has it open) makes the file's
+/// name durable before anything is built on it: a process killed after renaming or linking a
+/// compacted file into place (the background switch, `compact_to`) and before fsyncing the
+/// directory leaves a name that a power cut could undo, and every commit this handle
+/// acknowledged as durable would go with it (docs/format.md, "Compaction").
+fn sync_name(fs: &dyn crate::fs::CompactionFs, path: &Path) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs.sync_dir(dir)
+        .map_err(|e| crate::Error::io("fsync directory", dir, e))
+}
+
 impl Db {
     /// Open `path`, creating it if missing (unless `Options::create(false)`); an empty (0-byte)
     /// file becomes a new database too. Fails with [`crate::Error::AlreadyOpen`] if another
@@ -157,6 +171,9 @@ impl Db {
         let Some(lock) = lock else {
             popts.flock = FileLock::Exclusive;
             let (pager, opened) = Pager::open(&resolved, popts)?;
+            if !opts.read_only {
+                sync_name(&crate::fs::RealFs, &resolved)?;
+            }
             let open_file = Self::from_pager(pager, opened, opts, None)?;
             if let Some(c) = claim {
                 let _ = open_file.inode.set(c);
@@ -213,6 +230,9 @@ impl Db {
                         )?);
                     }
                 }
+            }
+            if !opts.read_only && !popts.live {
+                sync_name(&*fs, resolved)?;
             }
             let meta = opened.current;
             if !opts.read_only
@@ -275,9 +295,41 @@ impl Db {
         opts: Options,
         fs: Arc<dyn crate::fs::CompactionFs>,
     ) -> Result<Db> {
+        Self::open_as_process(path, storage, opts, fs, None)
+    }
+
+    /// [`Db::open_with_storage_as_process_and_fs`] for a process that `killer` may kill at
+    /// any step of the lock-file protocol from its attach on (larch_pager's kill.rs says what
+    /// a killed attachment leaves; the storage's writes are the test's to stop). The power-cut
+    /// simulation of several processes kills them this way. A test hook: only with the
+    /// feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn open_with_storage_as_killable_process(
+        path: impl AsRef<Path>,
+        storage: impl FnOnce(&Path) -> Box<dyn Storage>,
+        opts: Options,
+        fs: Arc<dyn crate::fs::CompactionFs>,
+        killer: Arc<dyn larch_pager::Killer>,
+    ) -> Result<Db> {
+        Self::open_as_process(path, storage, opts, fs, Some(killer))
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn open_as_process(
+        path: impl AsRef<Path>,
+        storage: impl FnOnce(&Path) -> Box<dyn Storage>,
+        opts: Options,
+        fs: Arc<dyn crate::fs::CompactionFs>,
+        killer: Option<Arc<dyn larch_pager::Killer>>,
+    ) -> Result<Db> {
         opts.validate()?;
         let resolved = larch_pager::resolve_path(path.as_ref())?;
-        let lock = Arc::new(ProcessLock::new(LockFile::open(&resolved, true)?));
+        let file = LockFile::open(&resolved, true)?;
+        if let Some(k) = killer {
+            file.set_killer(k);
+        }
+        let lock = Arc::new(ProcessLock::new(file));
         let popts = PagerOptions {
             page_size: opts.page_size,
             write_mode: opts.write_mode,

@@ -19,6 +19,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod error;
+mod kill;
 mod lock;
 pub mod lockfile;
 pub mod map;
@@ -28,6 +29,8 @@ mod pager;
 mod storage;
 
 pub use error::{is_disk_full, PagerError, Result};
+#[doc(hidden)]
+pub use kill::{Killer, LockStep};
 pub use lockfile::{
     lock_path, LockFile, LockFileError, LockFileOptions, LockResult, ReaderInfo, SlotHandle,
     WriterGuard,

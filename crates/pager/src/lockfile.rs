@@ -73,11 +73,12 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::kill::{Killer, LockStep};
 use crate::TxId;
 
 /// The first eight bytes of a lock file.
@@ -426,6 +427,26 @@ fn ofd_lock(file: &File, kind: libc::c_int, start: i64, wait: bool) -> io::Resul
     }
 }
 
+/// Clear every OFD lock `file`'s description holds, on any byte.
+fn ofd_unlock_all(file: &File) -> io::Result<()> {
+    let mut fl = flock_for(libc::F_UNLCK, 0);
+    // 0: to the end of every offset.
+    fl.l_len = 0;
+    // SAFETY: fcntl on a valid, owned descriptor with a pointer to a live, initialised
+    // `flock` that the call only reads for SETLK.
+    let rc = unsafe {
+        libc::fcntl(
+            file.as_raw_fd(),
+            libc::F_OFD_SETLK,
+            &fl as *const libc::flock,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Does another open file description hold any lock on the byte at `start`? (Locks of `file`'s
 /// own description never conflict with it, so they read as "no".)
 fn ofd_locked_by_other(file: &File, start: i64) -> io::Result<bool> {
@@ -551,11 +572,64 @@ struct Inner {
     /// At this attachment's latest take of the writer lock: another attachment took it since
     /// this one's previous take (or there was none).
     taken_elsewhere: std::sync::atomic::AtomicBool,
+    /// Tests only: decides when the process this attachment stands for is killed (kill.rs).
+    killer: OnceLock<Arc<dyn Killer>>,
+    /// Killed (kill.rs): every lock released, and nothing more reaches the map.
+    dead: AtomicBool,
     /// Declared last: closing it (after the map is unmapped) drops every OFD lock we hold.
     file: File,
 }
 
 impl Inner {
+    /// Does this attachment live to take `step`? Always, unless a test's [`Killer`] kills it
+    /// there (or did before): then every OFD lock it holds is released, as the death of its
+    /// process would, and the step must do nothing.
+    fn lives_to(&self, step: LockStep) -> bool {
+        if self.dead() {
+            return false;
+        }
+        match self.killer.get() {
+            Some(k) if k.kills_before(step) => {
+                self.die();
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Killed by a test's [`Killer`] (here or elsewhere): nothing more of this attachment
+    /// reaches the map.
+    fn dead(&self) -> bool {
+        if self.dead.load(Ordering::Acquire) {
+            return true;
+        }
+        match self.killer.get() {
+            Some(k) if k.killed() => {
+                self.die();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// What the kernel does for a killed process: drop every lock of its description.
+    fn die(&self) {
+        self.dead.store(true, Ordering::Release);
+        let _ = ofd_unlock_all(&self.file);
+    }
+
+    /// Take the writer byte (after the in-process half, if any); counted if taken.
+    fn take_writer(&self, wait: bool) -> io::Result<bool> {
+        if !self.lives_to(LockStep::TakeWriter) {
+            return Ok(false);
+        }
+        let got = ofd_lock(&self.file, libc::F_WRLCK, WRITER_BYTE, wait)?;
+        if got && self.lives_to(LockStep::CountTake) {
+            self.note_writer_take();
+        }
+        Ok(got && !self.dead())
+    }
+
     /// Count a take of the writer lock; caller just took it.
     fn note_writer_take(&self) {
         let prev = self
@@ -576,6 +650,9 @@ impl Inner {
 
     /// Claim a free slot of a region: take its byte, then its `owner` word.
     fn claim(&self, reader: bool) -> LockResult<Option<u32>> {
+        if !self.lives_to(LockStep::ClaimSlot) {
+            return Ok(None);
+        }
         let _g = self.claim.lock();
         let (n, base) = if reader {
             (self.layout.reader_slots, READER_BYTES)
@@ -621,6 +698,10 @@ impl Inner {
     }
 
     fn release(&self, reader: bool, i: u32) {
+        if self.dead() {
+            // A killed process's slots stay claimed: dead slots, for others to clear.
+            return;
+        }
         let _g = self.claim.lock();
         let (slot, byte) = if reader {
             (self.reader(i), READER_BYTES + i as i64)
@@ -816,6 +897,8 @@ impl LockFile {
             writer: Mutex::new(()),
             last_take: AtomicU64::new(u64::MAX),
             taken_elsewhere: std::sync::atomic::AtomicBool::new(true),
+            killer: OnceLock::new(),
+            dead: AtomicBool::new(false),
             file,
         };
         let slot = match inner.claim(false)? {
@@ -914,6 +997,9 @@ impl LockFile {
     /// Free the slots (reader and process) whose owners have died; returns how many reader
     /// slots were freed. One `fcntl` per slot owned by another live attachment.
     pub fn clear_stale(&self) -> LockResult<usize> {
+        if !self.inner.lives_to(LockStep::ClearStale) {
+            return Ok(0);
+        }
         clear_stale_in(&self.inner).map_err(|e| LockFileError::io("fcntl", &self.inner.path, e))
     }
 
@@ -962,11 +1048,10 @@ impl LockFile {
         let Some(g) = self.inner.writer.try_lock() else {
             return Ok(None);
         };
-        let got = ofd_lock(&self.inner.file, libc::F_WRLCK, WRITER_BYTE, false)
+        let got = self
+            .inner
+            .take_writer(false)
             .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLK)", &self.inner.path, e))?;
-        if got {
-            self.inner.note_writer_take();
-        }
         Ok(got.then_some(WriterGuard {
             inner: &self.inner,
             _in_process: g,
@@ -977,9 +1062,17 @@ impl LockFile {
     /// when the holding process dies.
     pub fn lock_writer(&self) -> LockResult<WriterGuard<'_>> {
         let g = self.inner.writer.lock();
-        ofd_lock(&self.inner.file, libc::F_WRLCK, WRITER_BYTE, true)
+        let got = self
+            .inner
+            .take_writer(true)
             .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLKW)", &self.inner.path, e))?;
-        self.inner.note_writer_take();
+        if !got {
+            return Err(LockFileError::io(
+                "fcntl(F_OFD_SETLKW)",
+                &self.inner.path,
+                io::Error::other("the process was killed (a test hook)"),
+            ));
+        }
         Ok(WriterGuard {
             inner: &self.inner,
             _in_process: g,
@@ -1000,6 +1093,9 @@ impl LockFile {
     /// Publish commit `txid` as the newest, after its meta page is written. The writer calls
     /// this holding the writer lock (the guard proves it).
     pub fn publish_commit(&self, _writer: &WriterGuard<'_>, txid: TxId) {
+        if !self.inner.lives_to(LockStep::PublishCommitted) {
+            return;
+        }
         self.inner
             .map
             .header()
@@ -1014,6 +1110,9 @@ impl LockFile {
 
     /// Bump the generation (under the writer lock); returns the new one.
     pub fn bump_generation(&self, _writer: &WriterGuard<'_>) -> u64 {
+        if !self.inner.lives_to(LockStep::BumpGeneration) {
+            return self.generation();
+        }
         self.inner
             .map
             .header()
@@ -1034,12 +1133,9 @@ impl LockFile {
         } else {
             "fcntl(F_OFD_SETLK)"
         };
-        let got = ofd_lock(&self.inner.file, libc::F_WRLCK, WRITER_BYTE, wait)
-            .map_err(|e| LockFileError::io(op, &self.inner.path, e))?;
-        if got {
-            self.inner.note_writer_take();
-        }
-        Ok(got)
+        self.inner
+            .take_writer(wait)
+            .map_err(|e| LockFileError::io(op, &self.inner.path, e))
     }
 
     /// For the holder of the writer lock: did another attachment (another process, or another
@@ -1052,6 +1148,9 @@ impl LockFile {
 
     /// Release what [`acquire_writer`](Self::acquire_writer) took.
     pub fn release_writer(&self) -> LockResult<()> {
+        if !self.inner.lives_to(LockStep::ReleaseWriter) {
+            return Ok(());
+        }
         ofd_lock(&self.inner.file, libc::F_UNLCK, WRITER_BYTE, false)
             .map(|_| ())
             .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLK)", &self.inner.path, e))
@@ -1061,6 +1160,9 @@ impl LockFile {
     /// [`acquire_writer`](Self::acquire_writer): the caller holds the writer lock. Never moves
     /// the published txid backwards.
     pub fn publish_committed(&self, txid: TxId) {
+        if !self.inner.lives_to(LockStep::PublishCommitted) {
+            return;
+        }
         self.inner
             .map
             .header()
@@ -1071,6 +1173,9 @@ impl LockFile {
     /// Record that commit `txid` is durable (synced), so the next writer process need not sync
     /// the file before it builds on it. Caller holds the writer lock.
     pub fn publish_durable(&self, txid: TxId) {
+        if !self.inner.lives_to(LockStep::PublishDurable) {
+            return;
+        }
         self.inner
             .map
             .header()
@@ -1081,6 +1186,9 @@ impl LockFile {
     /// Name `txid` as the newest commit, forgetting what was published before (the database
     /// file was switched for a compacted copy). Caller holds the attach byte exclusively.
     pub fn set_committed(&self, txid: TxId) {
+        if !self.inner.lives_to(LockStep::SetCommitted) {
+            return;
+        }
         let h = self.inner.map.header();
         h.committed.store(txid + 1, Ordering::SeqCst);
         h.durable.store(txid + 1, Ordering::SeqCst);
@@ -1089,6 +1197,9 @@ impl LockFile {
     /// [`bump_generation`](Self::bump_generation) for a caller that holds the attach byte
     /// exclusively ([`try_attach_exclusive`](Self::try_attach_exclusive)).
     pub fn bump_generation_alone(&self) -> u64 {
+        if !self.inner.lives_to(LockStep::BumpGeneration) {
+            return self.generation();
+        }
         self.inner
             .map
             .header()
@@ -1111,6 +1222,9 @@ impl LockFile {
     /// attachment's shared hold; never waits). While held, processes that open the database
     /// wait in their attach. Returns `false` if another process is attached.
     pub fn try_attach_exclusive(&self) -> LockResult<bool> {
+        if !self.inner.lives_to(LockStep::AttachExclusive) {
+            return Ok(false);
+        }
         ofd_lock(&self.inner.file, libc::F_WRLCK, ATTACH_BYTE, false)
             .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLK)", &self.inner.path, e))
     }
@@ -1118,6 +1232,9 @@ impl LockFile {
     /// Go back to a shared hold of the attach byte after
     /// [`try_attach_exclusive`](Self::try_attach_exclusive).
     pub fn attach_shared(&self) -> LockResult<()> {
+        if !self.inner.lives_to(LockStep::AttachShared) {
+            return Ok(());
+        }
         ofd_lock(&self.inner.file, libc::F_RDLCK, ATTACH_BYTE, false)
             .map(|_| ())
             .map_err(|e| LockFileError::io("fcntl(F_OFD_SETLK)", &self.inner.path, e))
@@ -1133,6 +1250,13 @@ impl LockFile {
     /// The process id this attachment records in its slots.
     pub fn pid(&self) -> u32 {
         self.inner.pid
+    }
+
+    /// Tests only: let `killer` decide when the process this attachment stands for is killed
+    /// (kill.rs). Set once, before the attachment is used; a second call is ignored.
+    #[doc(hidden)]
+    pub fn set_killer(&self, killer: Arc<dyn Killer>) {
+        let _ = self.inner.killer.set(killer);
     }
 }
 
@@ -1227,6 +1351,9 @@ impl SlotHandle {
     /// [`begin_snapshot`]: Self::begin_snapshot
     #[inline]
     pub fn begin(&self, txid: TxId) {
+        if self.inner.dead() {
+            return;
+        }
         self.slot().txid.store(txid + 1, Ordering::SeqCst);
     }
 
@@ -1248,6 +1375,10 @@ impl SlotHandle {
     /// that sees the slot idle reuses anything).
     #[inline]
     pub fn end(&self) {
+        if self.inner.dead() {
+            // A killed reader's slot keeps its snapshot until the slot is cleared.
+            return;
+        }
         self.slot().txid.store(0, Ordering::Release);
     }
 
@@ -1279,6 +1410,9 @@ impl fmt::Debug for WriterGuard<'_> {
 
 impl Drop for WriterGuard<'_> {
     fn drop(&mut self) {
+        if !self.inner.lives_to(LockStep::ReleaseWriter) {
+            return;
+        }
         let _ = ofd_lock(&self.inner.file, libc::F_UNLCK, WRITER_BYTE, false);
     }
 }
@@ -1429,6 +1563,76 @@ mod tests {
         assert!(c.writer_taken_elsewhere());
         c.release_writer().unwrap();
         assert!(take_a());
+    }
+
+    /// Kills its attachment before the first step of one kind (kill.rs).
+    #[derive(Debug)]
+    struct KillBefore(LockStep);
+
+    impl Killer for KillBefore {
+        fn kills_before(&self, step: LockStep) -> bool {
+            step == self.0
+        }
+        fn killed(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_killed_attachment_releases_its_locks_and_leaves_the_map_as_the_kill_found_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db(&dir);
+        let a = LockFile::open(&path, true).unwrap();
+        let b = LockFile::open(&path, true).unwrap();
+        assert!(a.acquire_writer(false).unwrap());
+        a.publish_committed(4);
+        a.release_writer().unwrap();
+        b.set_killer(Arc::new(KillBefore(LockStep::PublishCommitted)));
+        let slot = b.claim_slot().unwrap();
+        slot.begin(3);
+        assert!(b.acquire_writer(false).unwrap());
+        let takes = a.inner.map.header().writer_takes.load(Ordering::SeqCst);
+        // Killed between its meta write and the publication: nothing of it after that.
+        b.publish_committed(5);
+        b.publish_durable(5);
+        slot.end();
+        drop(slot);
+        assert_eq!(a.committed_txid(), Some(4));
+        assert_eq!(a.durable_txid(), None);
+        assert!(
+            !b.acquire_writer(false).unwrap(),
+            "a killed attachment took the lock"
+        );
+        assert_eq!(
+            a.inner.map.header().writer_takes.load(Ordering::SeqCst),
+            takes
+        );
+        // Its locks went with it, its slots stayed: dead, still pinning snapshot 3.
+        assert!(a.acquire_writer(false).unwrap());
+        assert!(a.writer_taken_elsewhere());
+        a.release_writer().unwrap();
+        assert_eq!(a.oldest_reader(), Some(3));
+        assert!(!a.others_attached().unwrap());
+        drop(b);
+        assert_eq!(a.clear_stale().unwrap(), 1);
+        assert_eq!(a.oldest_reader(), None);
+        assert_eq!(a.attached_processes().unwrap(), 1);
+    }
+
+    #[test]
+    fn an_attachment_killed_between_its_take_and_the_count_leaves_the_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db(&dir);
+        let a = LockFile::open(&path, true).unwrap();
+        let b = LockFile::open(&path, true).unwrap();
+        assert!(a.acquire_writer(false).unwrap());
+        a.release_writer().unwrap();
+        b.set_killer(Arc::new(KillBefore(LockStep::CountTake)));
+        assert!(!b.acquire_writer(false).unwrap());
+        // Neither held nor counted: the next take by `a` follows its own.
+        assert!(a.acquire_writer(false).unwrap());
+        assert!(!a.writer_taken_elsewhere());
+        a.release_writer().unwrap();
     }
 
     #[test]

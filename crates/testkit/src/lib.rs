@@ -1,11 +1,13 @@
 //! Test tooling shared by larch's integration tests (`tests/`), the cargo-fuzz targets
 //! (`fuzz/`) and anything else that exercises the engine from outside: the bodies of the fuzz
 //! targets, one seeded RNG, a scratch directory, a recording `Storage` ([`recording`]) and the
-//! power-cut images built from what it recorded ([`images`]). It is a separate, unpublished crate so
+//! power-cut images built from what it recorded ([`images`]; of a whole directory with
+//! compaction's files and renames, [`directory`]). It is a separate, unpublished crate so
 //! none of it is compiled into a user's build of `larch`.
 
 use std::path::Path;
 
+pub mod directory;
 pub mod fuzz;
 pub mod images;
 pub mod recording;

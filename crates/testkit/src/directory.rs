@@ -1,0 +1,246 @@
+//! Power cuts across a whole directory, for simulations in which compaction creates files and
+//! renames one over the database (tests/crash_compaction.rs, tests/crash_processes.rs).
+//!
+//! One ordered log holds every page write, sync and resize of every file (the database, a
+//! compacted copy) and every link, rename, removal and directory sync
+//! (`larch::CompactionFs` routes compaction's through [`RecordingFs`]). For a cut after
+//! operation k, [`image_at`] builds what a disk could hold:
+//! - each file: its writes up to its own last sync, plus any subset of its later 4 KiB blocks,
+//!   some torn (as [`crate::images`] does for one file);
+//! - the directory: every operation up to the last directory sync, plus a prefix of the later
+//!   ones (a journaling file system persists metadata operations in order; a rename is atomic).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use larch::{CompactionFs, Storage, WriteMode};
+
+use crate::images::{land, Image};
+use crate::recording::{IoLog, IoOp, Recording};
+use crate::Rng;
+
+/// One operation on the directory or on one of its files.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// A write, sync or resize of one file (by its number).
+    File {
+        file: usize,
+        op: IoOp,
+    },
+    /// A new file (created, synced and linked by the engine, with the directory synced): its
+    /// contents at creation and its name are durable from here on.
+    Create {
+        file: usize,
+        name: String,
+    },
+    Link {
+        from: String,
+        to: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Remove {
+        name: String,
+    },
+    SyncDir,
+}
+
+impl Op {
+    /// The file an operation changes, if it is not a directory operation.
+    pub fn file(&self) -> Option<usize> {
+        match self {
+            Op::File { file, .. } => Some(*file),
+            _ => None,
+        }
+    }
+}
+
+/// The log, and which file each name is as the engine sees the directory now.
+#[derive(Debug, Default)]
+pub struct Log {
+    pub ops: IoLog<Op>,
+    pub files: Mutex<Files>,
+}
+
+/// Every file the log knows.
+#[derive(Debug, Default)]
+pub struct Files {
+    /// Contents of each file when it entered the log.
+    pub initial: Vec<Vec<u8>>,
+    /// Names to files as the engine sees them now (to know which file a path is).
+    pub names: BTreeMap<String, usize>,
+}
+
+/// A path's last component, as the log names files.
+pub fn name_of(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+impl Log {
+    /// A log whose directory starts with the existing file at `path` as file 0.
+    pub fn of_file(path: &Path) -> Arc<Log> {
+        let log = Arc::new(Log::default());
+        {
+            let mut files = log.files.lock().unwrap();
+            files.initial.push(std::fs::read(path).unwrap());
+            files.names.insert(name_of(path), 0);
+        }
+        log
+    }
+
+    /// The file the name `path` is now, by number.
+    pub fn file_named(&self, path: &Path) -> usize {
+        self.files.lock().unwrap().names[&name_of(path)]
+    }
+
+    /// Operations logged so far.
+    pub fn len(&self) -> usize {
+        self.ops.lock().unwrap().len()
+    }
+
+    /// Nothing logged yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A file's storage: applies every operation to the real file (the engine maps it) and logs it
+/// as file `id`'s.
+pub fn recording(file: File, id: usize, log: &Log) -> Recording<Op> {
+    Recording::tagged(file, &log.ops, move |op| Op::File { file: id, op })
+}
+
+/// Compaction's file-system operations, performed for real and logged.
+#[derive(Debug)]
+pub struct RecordingFs {
+    pub log: Arc<Log>,
+}
+
+impl CompactionFs for RecordingFs {
+    fn storage(&self, path: &Path, file: File, _mode: WriteMode) -> Box<dyn Storage> {
+        let mut files = self.log.files.lock().unwrap();
+        let name = name_of(path);
+        let id = match files.names.get(&name) {
+            Some(&id) => id,
+            None => {
+                let id = files.initial.len();
+                files.initial.push(std::fs::read(path).unwrap());
+                files.names.insert(name.clone(), id);
+                self.log
+                    .ops
+                    .lock()
+                    .unwrap()
+                    .push(Op::Create { file: id, name });
+                id
+            }
+        };
+        Box::new(recording(file, id, &self.log))
+    }
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::hard_link(from, to)?;
+        let mut files = self.log.files.lock().unwrap();
+        let id = files.names[&name_of(from)];
+        files.names.insert(name_of(to), id);
+        self.log.ops.lock().unwrap().push(Op::Link {
+            from: name_of(from),
+            to: name_of(to),
+        });
+        Ok(())
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)?;
+        let mut files = self.log.files.lock().unwrap();
+        let id = files.names.remove(&name_of(from)).unwrap();
+        files.names.insert(name_of(to), id);
+        self.log.ops.lock().unwrap().push(Op::Rename {
+            from: name_of(from),
+            to: name_of(to),
+        });
+        Ok(())
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)?;
+        let mut files = self.log.files.lock().unwrap();
+        files.names.remove(&name_of(path));
+        self.log.ops.lock().unwrap().push(Op::Remove {
+            name: name_of(path),
+        });
+        Ok(())
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()?;
+        self.log.ops.lock().unwrap().push(Op::SyncDir);
+        Ok(())
+    }
+}
+
+/// The directory (names to files) and each file's contents a cut after the first `k` of
+/// `ops` may leave, starting from files `initial` and the directory in which file 0 is
+/// named `first`. Only [`Image::DurableOnly`], [`Image::Everything`] and [`Image::Random`].
+pub fn image_at(
+    initial: &[Vec<u8>],
+    ops: &[Op],
+    k: usize,
+    how: Image,
+    page_size: usize,
+    first: &str,
+) -> (BTreeMap<String, usize>, Vec<Vec<u8>>) {
+    let ops = &ops[..k];
+    let mut rng = Rng(match how {
+        Image::Random(seed) => seed | 1,
+        _ => 1,
+    });
+    // Files: each as the single-file image of its own operations, one seed across them all.
+    let mut files = initial.to_vec();
+    for (id, img) in files.iter_mut().enumerate() {
+        let file_ops: Vec<IoOp> = ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::File { file, op } if *file == id => Some(op.clone()),
+                _ => None,
+            })
+            .collect();
+        land(img, &file_ops, how, page_size, &mut rng);
+    }
+    // Directory: durable up to the last directory sync (a create syncs it too), then a prefix.
+    let dir_ops: Vec<&Op> = ops.iter().filter(|o| o.file().is_none()).collect();
+    let durable = dir_ops
+        .iter()
+        .rposition(|o| matches!(o, Op::SyncDir | Op::Create { .. }))
+        .map_or(0, |i| i + 1);
+    let extra = dir_ops.len() - durable;
+    let keep = durable
+        + match how {
+            Image::DurableOnly => 0,
+            Image::Everything => extra,
+            Image::Random(_) => rng.below(extra as u64 + 1) as usize,
+            other => unreachable!("{other:?}: directory simulations build only three images"),
+        };
+    let mut names = BTreeMap::new();
+    names.insert(first.to_string(), 0usize);
+    for op in &dir_ops[..keep] {
+        match op {
+            Op::Create { file, name } => {
+                names.insert(name.clone(), *file);
+            }
+            Op::Link { from, to } => {
+                let id = names[from];
+                names.insert(to.clone(), id);
+            }
+            Op::Rename { from, to } => {
+                let id = names.remove(from).unwrap();
+                names.insert(to.clone(), id);
+            }
+            Op::Remove { name } => {
+                names.remove(name);
+            }
+            _ => {}
+        }
+    }
+    (names, files)
+}
