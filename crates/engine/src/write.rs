@@ -536,7 +536,11 @@ impl Txn {
     /// deleted trees.
     fn store_tree_roots(&mut self, removals: bool) -> Result<()> {
         for i in 2..self.trees.len() {
-            if !self.trees[i].dirty {
+            // A root that is a dirty node means pages were copied and the old ones freed, so
+            // the catalog must take the new root even when the edit that copied them failed
+            // before it marked the tree dirty (a disk-full append after `find_tail`).
+            let copied = matches!(self.trees[i].root, Some(Child::Node(_)));
+            if !self.trees[i].dirty && !copied {
                 continue;
             }
             let name = self.trees[i].name.clone().unwrap_or_default();
