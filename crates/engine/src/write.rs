@@ -465,6 +465,15 @@ impl Txn {
         if self.interrupted {
             return Err(Error::Interrupted);
         }
+        // Every `WriteTree` is gone by now (it borrows the `WriteTx`), so a tree still lent
+        // is one whose handle was leaked (`mem::forget`): its edits, and the pages they
+        // copied and freed, went with it, and committing would free pages the catalog keeps.
+        if let Some(i) = self.trees.iter().position(|t| t.lent) {
+            let name = self.names.iter().find(|&(_, &j)| j == i);
+            return Err(Error::TreeAlreadyOpen(
+                name.map(|(n, _)| n.clone()).unwrap_or_default(),
+            ));
+        }
         self.db.pager.check_writable()?;
         // 1. Store changed tree roots in the catalog. The first pass copies the catalog's
         //    path; then the hot nodes (the ones the next commit copies again) move to one
