@@ -284,3 +284,58 @@ fn remove_range_emptying_many_small_branches_keeps_the_tree_whole() {
     tx.commit().unwrap();
     db.check().unwrap();
 }
+
+/// A `WriteTree` leaked with `mem::forget` (safe code) never gives its tree back: the
+/// transaction holds a placeholder, and the tree's edits, which freed the pages they copied,
+/// are lost with the handle. Committing anyway would keep the catalog's old root while its
+/// pages go back to the free set, to be overwritten by later commits. The commit is refused
+/// (and rolled back) instead, and the tree stays as it was.
+#[test]
+fn a_commit_with_a_leaked_write_tree_is_refused_and_the_tree_is_untouched() {
+    let (_dir, db) = db();
+    let value = [7u8; 100];
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..5_000u32 {
+            t.insert(&i.to_be_bytes(), &value).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    let tx = db.begin_write().unwrap();
+    let mut t = tx.open_tree("t").unwrap();
+    t.insert(&7u32.to_be_bytes(), b"changed").unwrap();
+    std::mem::forget(t);
+    tx.open_tree("u").unwrap().insert(b"k", b"v").unwrap();
+    let r = tx.commit();
+    assert!(
+        matches!(&r, Err(Error::TreeAlreadyOpen(n)) if n == "t"),
+        "{r:?}"
+    );
+    // Later commits reuse every page the refused one would have freed.
+    for c in 0..50u32 {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut o = tx.open_tree("other").unwrap();
+            for i in 0..200u32 {
+                o.insert(&(c * 1_000 + i).to_be_bytes(), &value).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    db.check().unwrap();
+    let rx = db.begin_read().unwrap();
+    assert!(
+        rx.open_tree("u").is_err(),
+        "the refused commit left nothing"
+    );
+    let t = rx.open_tree("t").unwrap();
+    assert_eq!(t.len().unwrap(), 5_000);
+    for i in 0..5_000u32 {
+        assert_eq!(
+            t.get(&i.to_be_bytes()).unwrap(),
+            Some(&value[..]),
+            "key {i}"
+        );
+    }
+}

@@ -504,6 +504,75 @@ fn eio_on_db_sync_after_async_commits_poisons_the_handle() {
     }
 }
 
+/// A failed edit leaves the transaction usable: a disk-full error from the first append of a
+/// handle (whose value goes to an overflow run) comes after the append copied the tree's
+/// rightmost path, freeing the pages it copied. Committing the transaction must then record
+/// the tree's new root too, or the catalog keeps the old one while its pages go back to the
+/// free set, to be overwritten by later commits.
+#[test]
+fn a_failed_append_then_a_commit_keeps_the_tree_whole() {
+    let _serial = no_fork();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("append.larch");
+    let opts = Options::default();
+    drop(Db::open(&path, opts).unwrap());
+    let (db, plan) = open_faulty(&path, opts);
+    let value = [7u8; 100];
+    apply(
+        &db,
+        &(0..5_000u32)
+            .map(|i| (i.to_be_bytes().to_vec(), value.to_vec()))
+            .collect::<Vec<_>>(),
+        Durability::Sync,
+    )
+    .unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        // The disk is full: the 300 KB value needs the file to grow.
+        plan.lock().unwrap().fault = Some(Fault {
+            kind: Call::SetLen,
+            at: 0,
+            errno: libc::ENOSPC,
+            short: false,
+            sticky: true,
+        });
+        let r = t.append(&u32::MAX.to_be_bytes(), &vec![9u8; 300_000]);
+        plan.lock().unwrap().fault = None;
+        assert!(r.as_ref().is_err_and(|e| e.is_disk_full()), "{r:?}");
+        assert_eq!(t.len().unwrap(), 5_000);
+    }
+    tx.open_tree("u").unwrap().insert(b"k", b"v").unwrap();
+    tx.commit().unwrap();
+    db.check().unwrap();
+    // Later commits reuse what the first one freed.
+    for c in 0..50u32 {
+        apply(
+            &db,
+            &(0..200u32)
+                .map(|i| {
+                    (
+                        (1_000_000 + c * 1_000 + i).to_be_bytes().to_vec(),
+                        value.to_vec(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+            Durability::Sync,
+        )
+        .unwrap();
+    }
+    db.check().unwrap();
+    let got = contents(&db);
+    assert_eq!(got.len(), 5_000 + 50 * 200);
+    for i in 0..5_000u32 {
+        assert_eq!(
+            got.get(&i.to_be_bytes()[..]),
+            Some(&value.to_vec()),
+            "key {i}"
+        );
+    }
+}
+
 /// Real disk full: a child process with RLIMIT_FSIZE (SIGXFSZ ignored) commits until the
 /// file cannot grow; the parent reopens and checks everything the child acknowledged.
 #[test]

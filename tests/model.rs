@@ -1,7 +1,9 @@
 //! Model test: random operation sequences against larch and against a `BTreeMap` model of
 //! the committed state plus a working copy for the open write transaction.
 //!
-//! Every combination of free-space policy, write mode and page size runs the same strategy.
+//! Null and FirstFit run the same strategy under every write mode and page size; BestFit (which
+//! also hands out runs, so the commit gathers the dirty nodes' pages: alloc.rs) and
+//! AppendPreferring (which does not) under pwrite with 4 KiB pages.
 //! `PROPTEST_CASES` raises the number of cases (default 64 per combination).
 
 use std::collections::BTreeMap;
@@ -1187,4 +1189,16 @@ model_test!(
     Policy::Null,
     WriteMode::Hybrid,
     16384
+);
+model_test!(
+    best_fit_pwrite_4k_matches_model,
+    Policy::BestFit,
+    WriteMode::Pwrite,
+    4096
+);
+model_test!(
+    append_preferring_pwrite_4k_matches_model,
+    Policy::AppendPreferring,
+    WriteMode::Pwrite,
+    4096
 );

@@ -615,6 +615,79 @@ mod tests {
     }
 
     #[test]
+    fn the_list_keeps_exactly_the_objects_no_later_write_or_free_overlaps() {
+        // Against a plain model (every object that overlaps a freed or written span goes,
+        // whatever its size and wherever it starts), including long overflow runs that
+        // cover several objects, frees of spans that start inside an object, and lengths
+        // of zero.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..300 {
+            let mut b = Batch::default();
+            let mut model: BTreeMap<PageId, (u32, TxId)> = BTreeMap::new();
+            let drop_overlapping = |m: &mut BTreeMap<PageId, (u32, TxId)>, p: PageId, n: u64| {
+                let mut gone: Vec<(PageId, (u32, TxId))> = m
+                    .iter()
+                    .filter(|&(&q, &(len, _))| q < p + n && q + u64::from(len) > p)
+                    .map(|(&q, &v)| (q, v))
+                    .collect();
+                for (q, _) in &gone {
+                    m.remove(q);
+                }
+                gone.sort_unstable();
+                gone
+            };
+            for txid in 2..30 {
+                let mut wrote = Vec::new();
+                let mut used = std::collections::BTreeSet::new();
+                for _ in 0..next(8) + 1 {
+                    let p = next(80) + 2;
+                    let n = if next(3) == 0 { next(12) as u32 + 1 } else { 1 };
+                    if (p..p + u64::from(n)).all(|q| used.insert(q)) {
+                        wrote.push(if n > 1 || next(4) == 0 {
+                            overflow(p, n, txid, txid as u32)
+                        } else {
+                            node(p, txid, p as u32)
+                        });
+                    }
+                }
+                let freed: Vec<(PageId, u64)> =
+                    (0..next(4)).map(|_| (next(80) + 2, next(10))).collect();
+                let mut removed = Vec::new();
+                for &(p, n) in &freed {
+                    removed.extend(drop_overlapping(&mut model, p, n));
+                }
+                for r in &wrote {
+                    removed.extend(drop_overlapping(&mut model, r.start, u64::from(r.pages)));
+                    model.insert(r.start, (r.pages, r.txid));
+                }
+                b.record(&freed, &wrote, 10_000);
+                assert!(!b.broken);
+                let listed: BTreeMap<PageId, (u32, TxId)> = b
+                    .objects
+                    .iter()
+                    .map(|(&p, o)| (p, (o.pages, o.txid)))
+                    .collect();
+                assert_eq!(listed, model, "round {round}, commit {txid}");
+                let mut last: Vec<(PageId, (u32, TxId))> = b
+                    .last_removed
+                    .iter()
+                    .map(|&(p, o)| (p, (o.pages, o.txid)))
+                    .collect();
+                last.sort_unstable();
+                removed.sort_unstable();
+                assert_eq!(last, removed, "round {round}, commit {txid}: last_removed");
+                assert_eq!(b.run_count, b.runs().len(), "round {round}, commit {txid}");
+            }
+        }
+    }
+
+    #[test]
     fn a_commit_that_lists_nothing_or_too_much_breaks_the_batch_until_reset() {
         let mut b = Batch::default();
         b.record(&[], &[], 100);

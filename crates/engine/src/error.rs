@@ -124,7 +124,9 @@ pub enum Error {
     InvalidOption(String),
     /// A background compaction did not finish (the old file stays in use).
     Compaction(String),
-    /// `WriteTx::open_tree` of a tree that is already open in that transaction.
+    /// `WriteTx::open_tree` of a tree that is already open in that transaction; or
+    /// `WriteTx::commit` after a tree's `WriteTree` was leaked (`mem::forget`) instead of
+    /// dropped (its edits are lost, so the commit is refused and rolled back).
     TreeAlreadyOpen(String),
     /// `WriteTx::rollback_to` a savepoint of another transaction, or one that a rollback to
     /// an earlier savepoint discarded.

@@ -465,6 +465,15 @@ impl Txn {
         if self.interrupted {
             return Err(Error::Interrupted);
         }
+        // Every `WriteTree` is gone by now (it borrows the `WriteTx`), so a tree still lent
+        // is one whose handle was leaked (`mem::forget`): its edits, and the pages they
+        // copied and freed, went with it, and committing would free pages the catalog keeps.
+        if let Some(i) = self.trees.iter().position(|t| t.lent) {
+            let name = self.names.iter().find(|&(_, &j)| j == i);
+            return Err(Error::TreeAlreadyOpen(
+                name.map(|(n, _)| n.clone()).unwrap_or_default(),
+            ));
+        }
         self.db.pager.check_writable()?;
         // 1. Store changed tree roots in the catalog. The first pass copies the catalog's
         //    path; then the hot nodes (the ones the next commit copies again) move to one
@@ -536,7 +545,11 @@ impl Txn {
     /// deleted trees.
     fn store_tree_roots(&mut self, removals: bool) -> Result<()> {
         for i in 2..self.trees.len() {
-            if !self.trees[i].dirty {
+            // A root that is a dirty node means pages were copied and the old ones freed, so
+            // the catalog must take the new root even when the edit that copied them failed
+            // before it marked the tree dirty (a disk-full append after `find_tail`).
+            let copied = matches!(self.trees[i].root, Some(Child::Node(_)));
+            if !self.trees[i].dirty && !copied {
                 continue;
             }
             let name = self.trees[i].name.clone().unwrap_or_default();
