@@ -95,16 +95,16 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
     };
     let held_by_readers = w.free.pending.freed_up_to(settled) + w.reader_pinned.len();
     let free = w.free.free_pages() + held_by_readers;
+    // The working space a writer may need between durable points, in pages.
+    let ps = u64::from(committed.page_size).max(1);
+    let span = shared
+        .opts
+        .max_unsynced
+        .limit(committed.live_pages * ps)
+        .map_or(u64::MAX, |b| b / ps);
     let slack = if quiet {
-        w.trigger.quiet(free, durable)
+        w.trigger.quiet(free, durable, span)
     } else {
-        let ps = u64::from(committed.page_size).max(1);
-        let live = committed.live_pages * ps;
-        let span = shared
-            .opts
-            .max_unsynced
-            .limit(live)
-            .map_or(u64::MAX, |b| b / ps);
         w.trigger.observe(free, durable, span)
     };
     if c.cancel.load(Ordering::Acquire) || hw == 0 {

@@ -304,6 +304,9 @@ impl OpenFile {
         *w = WriterState {
             free,
             reader_pinned: Default::default(),
+            // What the trigger saw is history of a state that is gone (the other process may
+            // have used or freed any page, or switched in a compacted file): it starts again
+            // from the file's free pages, less the working space (`Trigger`).
             trigger: Default::default(),
             spare_nodes: std::mem::take(&mut w.spare_nodes),
             flush_started_at: 0,
