@@ -9,7 +9,9 @@
 //! commits, `Db::sync` and open look at the threshold here (the timer's interval is an hour),
 //! and every figure is a file size or a count, never a duration.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larch::{Db, Durability, Options, Policy};
@@ -88,6 +90,10 @@ fn len(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().len()
 }
 
+fn inode(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().ino()
+}
+
 fn live_bytes(db: &Db) -> u64 {
     db.stats().unwrap().live_pages * 4096
 }
@@ -100,6 +106,12 @@ fn compacted_size(path: &Path) -> u64 {
     let n = len(&copy);
     std::fs::remove_file(&copy).unwrap();
     n
+}
+
+/// Sixty commits of overwrites under Null, without a threshold: dead space, left there.
+fn leave_dead_space(path: &Path) {
+    let db = Db::open(path, Options::default().policy(Policy::Null)).unwrap();
+    overwrite(&db, &mut 7, 60, Durability::Sync);
 }
 
 fn file_storage(p: &Path) -> Box<dyn larch::Storage> {
@@ -159,6 +171,57 @@ fn short_lived_processes_do_not_compact_a_file_whose_free_pages_are_working_spac
     }
 }
 
+/// A process that opens a file another process left mostly free compacts it without
+/// writing anything: at open its free pages, less the working space, are past the threshold.
+/// A reader begun at once keeps its snapshot of the old file.
+#[test]
+fn a_process_that_opens_a_file_left_with_dead_space_compacts_it_without_writing() {
+    const MANY: u64 = 10 * KEYS;
+    let dir = tempfile::tempdir().unwrap();
+    let path = loaded_with(dir.path(), MANY);
+    let db = Db::open(&path, Options::default()).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for k in 0..MANY {
+            if k % 10 != 0 {
+                t.remove(&k.to_be_bytes()).unwrap();
+            }
+        }
+    }
+    tx.commit().unwrap();
+    drop(db);
+    let before = len(&path);
+    let db = Db::open(&path, opts(Policy::FirstFit, Durability::Sync)).unwrap();
+    let rx = db.begin_read().unwrap();
+    let report = db.wait_for_compaction().unwrap();
+    assert_eq!(db.compactions(), 1, "opening did not compact: {report:?}");
+    assert_eq!(rx.open_tree("t").unwrap().len().unwrap(), MANY / 10);
+    drop(rx);
+    let after = len(&path);
+    let copy = compacted_size_while_open(&db, &path);
+    eprintln!("{before} -> {after}, compacted copy {copy}");
+    assert!(after * 3 < before, "{before} -> {after}");
+    assert!(
+        after <= copy + (256 << 10),
+        "{after} against a copy of {copy}"
+    );
+    db.check().unwrap();
+    drop(db);
+    // Opened again, the compacted file is not compacted again.
+    let db = Db::open(&path, opts(Policy::FirstFit, Durability::Sync)).unwrap();
+    assert_eq!(db.wait_for_compaction().unwrap(), None);
+    assert_eq!((db.compactions(), db.compactions_refused()), (0, 0));
+}
+
+fn compacted_size_while_open(db: &Db, path: &Path) -> u64 {
+    let copy = path.with_extension("copy");
+    db.compact_to(&copy).unwrap();
+    let n = len(&copy);
+    std::fs::remove_file(&copy).unwrap();
+    n
+}
+
 /// Two processes writing in turn: one keeps the file open, the other opens it, makes ten
 /// commits and closes it; then the first makes one. Each time the first takes the writer
 /// lock after the other's commits it rebuilds its writer state from the file, and counts the
@@ -206,5 +269,114 @@ fn two_processes_writing_in_turn_compact_dead_space_and_not_working_space() {
         } else {
             assert!(n <= 2, "{policy:?} {d:?}: {n} compactions of working space");
         }
+    }
+}
+
+/// A read-only handle of another process is attached: opening the file read-write does not
+/// start a compaction (nor count a refusal) however much dead space it holds; once the
+/// reader has gone, the writer's next look compacts.
+#[test]
+fn a_read_only_process_attached_keeps_the_compaction_at_open_from_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = loaded(dir.path());
+    let o = opts(Policy::Null, Durability::Sync);
+    leave_dead_space(&path);
+    let ro = as_process(&path, Options::default().read_only(true));
+    let rx = ro.begin_read().unwrap();
+    let w = as_process(&path, o);
+    assert_eq!(w.wait_for_compaction().unwrap(), None);
+    assert_eq!((w.compactions(), w.compactions_refused()), (0, 0));
+    drop(rx);
+    drop(ro);
+    w.sync().unwrap();
+    w.wait_for_compaction().unwrap();
+    assert_eq!(w.compactions(), 1);
+    w.check().unwrap();
+}
+
+/// A compaction file system that, when the copy's file is created, has another process
+/// open the database and commit one key; the other process closes at once, or stays open
+/// until the test lets it go.
+#[derive(Debug)]
+struct OpenDuringCopy {
+    path: PathBuf,
+    stay: bool,
+    armed: Mutex<bool>,
+    other: Mutex<Option<Db>>,
+}
+
+impl larch::CompactionFs for OpenDuringCopy {
+    fn storage(
+        &self,
+        _path: &Path,
+        file: std::fs::File,
+        mode: larch::WriteMode,
+    ) -> Box<dyn larch::Storage> {
+        if std::mem::take(&mut *self.armed.lock().unwrap()) {
+            let db = as_process(&self.path, Options::default());
+            let tx = db.begin_write().unwrap();
+            tx.open_tree("t").unwrap().insert(b"other", b"1").unwrap();
+            tx.commit().unwrap();
+            if self.stay {
+                *self.other.lock().unwrap() = Some(db);
+            }
+        }
+        Box::new(larch::FileStorage::new(file, mode))
+    }
+}
+
+/// The compaction that open starts runs while another process opens the file and commits.
+/// If that process has gone by the switch, its commit is in the compacted file; if it is
+/// still attached, the switch is abandoned and the old file kept, and a later look compacts.
+/// Either way nothing is lost.
+#[test]
+fn a_compaction_started_at_open_keeps_the_commit_of_a_process_that_opened_meanwhile() {
+    for stay in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = loaded(dir.path());
+        let o = opts(Policy::Null, Durability::Sync);
+        leave_dead_space(&path);
+        let fs = Arc::new(OpenDuringCopy {
+            path: path.clone(),
+            stay,
+            armed: Mutex::new(true),
+            other: Mutex::new(None),
+        });
+        let ino = inode(&path);
+        let db =
+            Db::open_with_storage_as_process_and_fs(&path, file_storage, o, fs.clone()).unwrap();
+        let r = db.wait_for_compaction();
+        assert!(!*fs.armed.lock().unwrap(), "no compaction started at open");
+        if stay {
+            assert!(r.is_err(), "switched with another process attached: {r:?}");
+            assert_eq!(inode(&path), ino);
+            drop(fs.other.lock().unwrap().take());
+            db.sync().unwrap();
+            db.wait_for_compaction().unwrap();
+        } else {
+            r.unwrap();
+        }
+        assert_eq!(db.compactions(), 1, "stay {stay}");
+        assert_ne!(inode(&path), ino);
+        let rx = db.begin_read().unwrap();
+        assert_eq!(
+            rx.open_tree("t").unwrap().get(b"other").unwrap(),
+            Some(&b"1"[..]),
+            "stay {stay}: the other process's commit is lost"
+        );
+        drop(rx);
+        db.check().unwrap();
+        drop(db);
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check().unwrap();
+        assert_eq!(
+            db.begin_read()
+                .unwrap()
+                .open_tree("t")
+                .unwrap()
+                .len()
+                .unwrap(),
+            KEYS + 1
+        );
     }
 }

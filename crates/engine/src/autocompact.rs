@@ -45,6 +45,26 @@ pub(crate) fn check_quiet(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut Wr
     evaluate(shared, open_file, w, true)
 }
 
+/// At open: a file that earlier processes left with dead space past the threshold is
+/// compacted by the process that opens it, even one that only reads, and the copy is under
+/// way while it writes. The trigger has no history yet, so it counts the free pages less
+/// the working space (compaction_state.rs, `Trigger`). Only while no other process has the
+/// file open: the switch would be refused anyway (a refusal counted at every open); the
+/// first look once they have gone counts as this one would have.
+pub(crate) fn at_open(shared: &Arc<Shared>) {
+    if shared.opts.compaction_threshold.is_none() || shared.opts.read_only {
+        return;
+    }
+    let f = shared.current_file();
+    if others_attached(&f) {
+        return;
+    }
+    let mut w = f.writer.lock();
+    if f.writer_state_current() {
+        check_quiet(shared, &f, &mut w);
+    }
+}
+
 /// The handle's timer ([`Options::compaction_check_every`](crate::Options)): while the handle
 /// is open, look at the threshold each interval, unless a transaction holds the writer lock.
 pub(crate) fn start_timer(shared: &Arc<Shared>) {

@@ -318,6 +318,7 @@ impl Db {
             }),
         };
         crate::autocompact::start_timer(&db.shared);
+        crate::autocompact::at_open(&db.shared);
         db
     }
 
