@@ -272,6 +272,49 @@ fn two_processes_writing_in_turn_compact_dead_space_and_not_working_space() {
     }
 }
 
+/// A process that keeps the file open without writing, while others open it, write and close
+/// it: they cannot compact (it is attached), so it must. Its `Db::sync` (as its timer would)
+/// finds the others' commits, takes the free writer lock, rebuilds its writer state and
+/// compacts. While another process is attached the compaction is refused, and the next look
+/// once it has gone compacts.
+#[test]
+fn a_handle_left_open_compacts_what_processes_that_came_and_went_wrote() {
+    for d in [Durability::Sync, Durability::Async] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = loaded(dir.path());
+        let o = opts(Policy::Null, d);
+        let a = as_process(&path, o);
+        let (mut x, mut largest, mut live) = (7u64, 0, 0);
+        for turn in 0..40 {
+            let b = as_process(&path, o);
+            overwrite(&b, &mut x, if turn == 20 { 30 } else { 10 }, d);
+            b.sync().unwrap();
+            if turn == 20 {
+                // Still attached: the look is refused, and counted.
+                let refused = a.compactions_refused();
+                a.sync().unwrap();
+                assert!(a.wait_for_compaction().is_err());
+                assert_eq!(a.compactions_refused(), refused + 1);
+            }
+            drop(b);
+            a.sync().unwrap();
+            let _ = a.wait_for_compaction().unwrap();
+            live = live.max(live_bytes(&a));
+            largest = largest.max(len(&path));
+        }
+        let n = a.compactions();
+        drop(a);
+        let copy = compacted_size(&path);
+        eprintln!(
+            "{d:?}: {n} compactions in 40 turns; largest {largest}, compacted copy {copy}, \
+             live {live}, bound {}",
+            bound(live)
+        );
+        assert!(n >= 1, "{d:?}: never compacted");
+        assert!(largest <= bound(live), "{d:?}: reached {largest}");
+    }
+}
+
 /// A read-only handle of another process is attached: opening the file read-write does not
 /// start a compaction (nor count a refusal) however much dead space it holds; once the
 /// reader has gone, the writer's next look compacts.

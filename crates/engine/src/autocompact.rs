@@ -85,9 +85,10 @@ pub(crate) fn start_timer(shared: &Arc<Shared>) {
             let f = h.current_file();
             let w = f.writer.try_lock();
             if let Some(mut w) = w {
-                if f.writer_state_current() {
+                if f.writer_state_for_check(&mut w) {
                     check_quiet(&h, &f, &mut w);
                 }
+                f.release_writer_if_on_disk();
             }
         });
     if let Ok(t) = spawned {

@@ -527,9 +527,10 @@ impl Db {
                     open_file.note_durable(st.durable);
                     drop(st);
                     if let Some(mut w) = writer {
-                        if open_file.writer_state_current() {
+                        if open_file.writer_state_for_check(&mut w) {
                             crate::autocompact::check_quiet(&self.shared, &open_file, &mut w);
                         }
+                        open_file.release_writer_if_on_disk();
                     }
                     return Ok(());
                 }

@@ -227,6 +227,30 @@ impl OpenFile {
         }
     }
 
+    /// For a look at the compaction threshold without a transaction (the handle's timer,
+    /// `Db::sync`), with the in-process writer lock held as `w`: make `w` the file's writer
+    /// state. If another process committed since this process's newest commit, take the
+    /// cross-process writer lock if nobody holds it (never wait) and rebuild `w` from the
+    /// file, as a write transaction would; else a handle that stays open without writing
+    /// would never count what other processes left (they cannot compact while it is
+    /// attached). False if `w` is stale and stays so. The caller then calls
+    /// [`OpenFile::release_writer_if_on_disk`].
+    pub(crate) fn writer_state_for_check(&self, w: &mut WriterState) -> bool {
+        if self.pager.read_only() {
+            return false;
+        }
+        if self.writer_state_current() {
+            return true;
+        }
+        let Some(lock) = self.lock() else {
+            return true;
+        };
+        if !matches!(lock.acquire(false), Ok(true)) {
+            return false;
+        }
+        self.reload_if_changed(w).is_ok()
+    }
+
     /// Release the cross-process writer lock if every commit of this process is on disk.
     /// Caller holds the in-process writer lock.
     pub(crate) fn release_writer_if_on_disk(&self) {
