@@ -127,6 +127,47 @@ fn as_process(path: &Path, o: Options) -> Db {
     Db::open_with_storage_as_process(path, file_storage, o).unwrap()
 }
 
+/// Processes that open the file, make one commit and close it at once, as a command-line
+/// tool does, under the policy that never reuses a page: every one leaves dead space. The
+/// compaction one of them starts (at open, where the file's free pages less the working
+/// space are past the threshold) finishes when it closes, so the file stays within the bound
+/// and is replaced by compacted copies along the way (its inode changes).
+#[test]
+fn processes_that_close_right_after_one_commit_keep_a_null_policy_file_bounded() {
+    for d in [Durability::Sync, Durability::Async] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = loaded(dir.path());
+        let o = opts(Policy::Null, d);
+        let (mut x, mut largest, mut live, mut switched) = (7u64, 0, 0, 0);
+        let mut ino = inode(&path);
+        for _ in 0..80 {
+            let db = Db::open(&path, o).unwrap();
+            overwrite(&db, &mut x, 1, d);
+            db.sync().unwrap();
+            live = live.max(live_bytes(&db));
+            drop(db);
+            largest = largest.max(len(&path));
+            if inode(&path) != ino {
+                switched += 1;
+                ino = inode(&path);
+            }
+        }
+        let copy = compacted_size(&path);
+        eprintln!(
+            "{d:?}: largest {largest}, end {}, compacted copy {copy}, live {live}, bound {}, \
+             files switched {switched}",
+            len(&path),
+            bound(live)
+        );
+        assert!(switched >= 1, "{d:?}: the file was never compacted");
+        assert!(
+            largest <= bound(live),
+            "{d:?}: the file reached {largest}; live {live}, bound {}",
+            bound(live)
+        );
+    }
+}
+
 /// Short-lived processes overwriting keys under a policy that reuses pages: what is free when
 /// one closes is the working space the next one reuses (the pages that waited for a durable
 /// commit, those it had not reused yet), not dead space. Compacting it at every open would

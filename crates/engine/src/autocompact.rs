@@ -128,7 +128,7 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
     } else {
         w.trigger.observe(free, durable, span)
     };
-    if c.cancel.load(Ordering::Acquire) || hw == 0 {
+    if hw == 0 {
         return;
     }
     if slack as f64 <= threshold * hw as f64
@@ -245,7 +245,6 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     let old = h.current_file();
     let mut base = old.begin_read()?;
     copy_snapshot(&base, old.pager.file_len(), tmp, &*h.fs)?;
-    h.compaction.cancelled()?;
     // Open the copy under the final path's name (for messages); it keeps its own lock.
     let file = OpenOptions::new()
         .read(true)
@@ -264,7 +263,6 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     let new = Db::open_storage_at(&h.path, storage, opts, Arc::new(crate::fs::RealFs), flock)?;
     // Catch up with commits made during the copy, while writers carry on.
     for _ in 0..CATCH_UP_ROUNDS {
-        h.compaction.cancelled()?;
         let cur = old.begin_read()?;
         if cur.txid() == base.txid() {
             break;
@@ -274,7 +272,6 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     }
     // The last round holds the writer off, so nothing is missed; then switch files.
     let mut w = old.writer.lock_arc();
-    h.compaction.cancelled()?;
     if old.retired.load(Ordering::Acquire) {
         return Err(Error::Compaction("the file was replaced meanwhile".into()));
     }

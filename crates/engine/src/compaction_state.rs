@@ -8,13 +8,10 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use crate::error::{Error, Result};
-
 /// The background compaction of one handle.
 #[derive(Debug, Default)]
 pub(crate) struct Compaction {
     pub(crate) running: AtomicBool,
-    pub(crate) cancel: AtomicBool,
     /// While a compaction runs: the file length past which writers wait for it (0: none).
     pub(crate) limit: AtomicU64,
     /// Writers waiting for the running compaction to end.
@@ -61,12 +58,7 @@ impl Timer {
 }
 
 impl Compaction {
-    /// Stop a running compaction (it leaves the old file in place) and wait for its thread.
-    pub(crate) fn stop(&self) {
-        self.cancel.store(true, Ordering::Release);
-        self.join();
-    }
-
+    /// Wait for the thread of a running compaction, if any, to end.
     pub(crate) fn join(&self) {
         let t = self.thread.lock().take();
         if let Some(t) = t {
@@ -97,13 +89,6 @@ impl Compaction {
         while self.running.load(Ordering::Acquire) && self.limit.load(Ordering::Acquire) != 0 {
             self.ended.wait(&mut g);
         }
-    }
-
-    pub(crate) fn cancelled(&self) -> Result<()> {
-        if self.cancel.load(Ordering::Acquire) {
-            return Err(Error::Compaction("stopped: the database is closing".into()));
-        }
-        Ok(())
     }
 }
 

@@ -79,10 +79,14 @@ impl Clone for Db {
 impl Drop for Db {
     fn drop(&mut self) {
         if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The last handle: a background compaction must not outlive it (it would keep the
-            // file locked after the user closed it), nor its timer.
+            // The last handle: neither the timer nor a background compaction may outlive it
+            // (they would keep the file locked after the user closed it). A running
+            // compaction is finished, not dropped: its copy, the longest part, cannot be
+            // interrupted, and a process that closes before its compaction ends (one that
+            // opens, writes a little and closes) would otherwise never compact the file
+            // (docs/format.md, "By threshold").
             self.shared.compaction.timer.stop();
-            self.shared.compaction.stop();
+            self.shared.compaction.join();
         }
     }
 }

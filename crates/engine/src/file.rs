@@ -87,7 +87,7 @@ pub(crate) struct Shared {
     pub path: PathBuf,
     pub opts: Options,
     pub current: RwLock<Arc<OpenFile>>,
-    /// Live `Db` clones; the last one to drop stops a running compaction.
+    /// Live `Db` clones; the last one to drop waits for a running compaction to end.
     pub handles: AtomicUsize,
     pub compaction: crate::compaction_state::Compaction,
     /// Directory operations and new files of compaction (the real file system but in tests).
