@@ -1,7 +1,9 @@
 //! Background compaction by threshold (`Options::compaction_threshold`, as in ForestDB): when,
 //! after a commit, the slack (pages free or held only by readers, at their fewest over the last
 //! two sync windows) is more than that fraction of the file and the file is over a minimum size, a thread copies the live data to a new file, catches up with
-//! the commits made meanwhile, and atomically puts the new file in place of the old.
+//! the commits made meanwhile, and atomically puts the new file in place of the old. Open,
+//! `Db::sync` and the handle's timer look too, and closing the last handle lets a running
+//! compaction finish (docs/format.md, "Across opens and processes").
 //!
 //! The switch (docs/format.md, "Compaction"): with the writer lock held, the last commits are
 //! applied to the new file and it is synced; then it is renamed over the old path and the

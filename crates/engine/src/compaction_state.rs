@@ -143,10 +143,10 @@ impl Trigger {
         self.roll(free, durable)
     }
 
-    /// A check without a commit (a timer, `Db::sync`): if nothing was committed since the
-    /// last one, the file is quiet and the interval ends a window as a durable advance does,
-    /// so free pages that stay free through two quiet intervals count as slack. `span` as
-    /// for [`Trigger::observe`].
+    /// A check without a commit (a timer, `Db::sync`, open): if nothing was committed since
+    /// the last one, the file is quiet and the interval ends a window as a durable advance
+    /// does, so free pages that stay free through two quiet intervals count as slack. `span`
+    /// as for [`Trigger::observe`].
     pub(crate) fn quiet(&mut self, free: u64, durable: crate::TxId, span: u64) -> u64 {
         if self.started && self.commits == 0 && durable == self.window {
             (self.prev_min, self.cur_min) = (self.cur_min, free);
