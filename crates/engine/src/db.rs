@@ -530,7 +530,10 @@ impl Db {
                     st.synced_on_disk();
                     open_file.note_durable(st.durable);
                     drop(st);
-                    if let Some(mut w) = writer {
+                    // Catching up with other processes costs a take of their writer lock and a
+                    // rebuild: only for the threshold.
+                    let threshold = self.shared.opts.compaction_threshold.is_some();
+                    if let Some(mut w) = writer.filter(|_| threshold) {
                         if open_file.writer_state_for_check(&mut w) {
                             crate::autocompact::check_quiet(&self.shared, &open_file, &mut w);
                         }
