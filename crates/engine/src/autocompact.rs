@@ -1,7 +1,9 @@
 //! Background compaction by threshold (`Options::compaction_threshold`, as in ForestDB): when,
 //! after a commit, the slack (pages free or held only by readers, at their fewest over the last
 //! two sync windows) is more than that fraction of the file and the file is over a minimum size, a thread copies the live data to a new file, catches up with
-//! the commits made meanwhile, and atomically puts the new file in place of the old.
+//! the commits made meanwhile, and atomically puts the new file in place of the old. Open,
+//! `Db::sync` and the handle's timer look too, and closing the last handle lets a running
+//! compaction finish (docs/format.md, "Across opens and processes").
 //!
 //! The switch (docs/format.md, "Compaction"): with the writer lock held, the last commits are
 //! applied to the new file and it is synced; then it is renamed over the old path and the
@@ -45,6 +47,26 @@ pub(crate) fn check_quiet(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut Wr
     evaluate(shared, open_file, w, true)
 }
 
+/// At open: a file that earlier processes left with dead space past the threshold is
+/// compacted by the process that opens it, even one that only reads, and the copy is under
+/// way while it writes. The trigger has no history yet, so it counts the free pages less
+/// the working space (compaction_state.rs, `Trigger`). Only while no other process has the
+/// file open: the switch would be refused anyway (a refusal counted at every open); the
+/// first look once they have gone counts as this one would have.
+pub(crate) fn at_open(shared: &Arc<Shared>) {
+    if shared.opts.compaction_threshold.is_none() || shared.opts.read_only {
+        return;
+    }
+    let f = shared.current_file();
+    if others_attached(&f) {
+        return;
+    }
+    let mut w = f.writer.lock();
+    if f.writer_state_current() {
+        check_quiet(shared, &f, &mut w);
+    }
+}
+
 /// The handle's timer ([`Options::compaction_check_every`](crate::Options)): while the handle
 /// is open, look at the threshold each interval, unless a transaction holds the writer lock.
 pub(crate) fn start_timer(shared: &Arc<Shared>) {
@@ -65,9 +87,10 @@ pub(crate) fn start_timer(shared: &Arc<Shared>) {
             let f = h.current_file();
             let w = f.writer.try_lock();
             if let Some(mut w) = w {
-                if f.writer_state_current() {
+                if f.writer_state_for_check(&mut w) {
                     check_quiet(&h, &f, &mut w);
                 }
+                f.release_writer_if_on_disk();
             }
         });
     if let Ok(t) = spawned {
@@ -95,19 +118,19 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
     };
     let held_by_readers = w.free.pending.freed_up_to(settled) + w.reader_pinned.len();
     let free = w.free.free_pages() + held_by_readers;
+    // The working space a writer may need between durable points, in pages.
+    let ps = u64::from(committed.page_size).max(1);
+    let span = shared
+        .opts
+        .max_unsynced
+        .limit(committed.live_pages * ps)
+        .map_or(u64::MAX, |b| b / ps);
     let slack = if quiet {
-        w.trigger.quiet(free, durable)
+        w.trigger.quiet(free, durable, span)
     } else {
-        let ps = u64::from(committed.page_size).max(1);
-        let live = committed.live_pages * ps;
-        let span = shared
-            .opts
-            .max_unsynced
-            .limit(live)
-            .map_or(u64::MAX, |b| b / ps);
         w.trigger.observe(free, durable, span)
     };
-    if c.cancel.load(Ordering::Acquire) || hw == 0 {
+    if hw == 0 {
         return;
     }
     if slack as f64 <= threshold * hw as f64
@@ -224,7 +247,6 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     let old = h.current_file();
     let mut base = old.begin_read()?;
     copy_snapshot(&base, old.pager.file_len(), tmp, &*h.fs)?;
-    h.compaction.cancelled()?;
     // Open the copy under the final path's name (for messages); it keeps its own lock.
     let file = OpenOptions::new()
         .read(true)
@@ -243,7 +265,6 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     let new = Db::open_storage_at(&h.path, storage, opts, Arc::new(crate::fs::RealFs), flock)?;
     // Catch up with commits made during the copy, while writers carry on.
     for _ in 0..CATCH_UP_ROUNDS {
-        h.compaction.cancelled()?;
         let cur = old.begin_read()?;
         if cur.txid() == base.txid() {
             break;
@@ -253,7 +274,6 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     }
     // The last round holds the writer off, so nothing is missed; then switch files.
     let mut w = old.writer.lock_arc();
-    h.compaction.cancelled()?;
     if old.retired.load(Ordering::Acquire) {
         return Err(Error::Compaction("the file was replaced meanwhile".into()));
     }

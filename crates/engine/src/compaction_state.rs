@@ -8,13 +8,10 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use crate::error::{Error, Result};
-
 /// The background compaction of one handle.
 #[derive(Debug, Default)]
 pub(crate) struct Compaction {
     pub(crate) running: AtomicBool,
-    pub(crate) cancel: AtomicBool,
     /// While a compaction runs: the file length past which writers wait for it (0: none).
     pub(crate) limit: AtomicU64,
     /// Writers waiting for the running compaction to end.
@@ -61,12 +58,7 @@ impl Timer {
 }
 
 impl Compaction {
-    /// Stop a running compaction (it leaves the old file in place) and wait for its thread.
-    pub(crate) fn stop(&self) {
-        self.cancel.store(true, Ordering::Release);
-        self.join();
-    }
-
+    /// Wait for the thread of a running compaction, if any, to end.
     pub(crate) fn join(&self) {
         let t = self.thread.lock().take();
         if let Some(t) = t {
@@ -98,13 +90,6 @@ impl Compaction {
             self.ended.wait(&mut g);
         }
     }
-
-    pub(crate) fn cancelled(&self) -> Result<()> {
-        if self.cancel.load(Ordering::Acquire) {
-            return Err(Error::Compaction("stopped: the database is closing".into()));
-        }
-        Ok(())
-    }
 }
 
 /// What the threshold is compared with: free pages the writer has not needed lately.
@@ -119,6 +104,15 @@ impl Compaction {
 /// free: compaction routes around a long-lived reader (it keeps the old file until it ends).
 /// A file that compaction created starts with
 /// the free pages its catch-up commits left; they count only once the writer has used them.
+///
+/// A trigger without history (a handle just opened, or a writer state just rebuilt because
+/// another process committed) cannot tell slack from working space: the free pages it first
+/// sees include what the writer will reuse, and counting them all compacted a file of
+/// working space at every open, and a file two processes write in turn at every turn. It
+/// counts them less two spans (the `max_unsynced_bytes` limit in pages, see
+/// [`Trigger::observe`]; none counted when that is off): what a writer of Async commits
+/// leaves free when it closes, the pages that waited for a durable commit and those released
+/// at the last one that it had not reused yet. After two windows it counts what it has seen.
 #[derive(Debug, Default)]
 pub(crate) struct Trigger {
     started: bool,
@@ -149,22 +143,30 @@ impl Trigger {
         self.roll(free, durable)
     }
 
-    /// A check without a commit (a timer, `Db::sync`): if nothing was committed since the
-    /// last one, the file is quiet and the interval ends a window as a durable advance does,
-    /// so free pages that stay free through two quiet intervals count as slack.
-    pub(crate) fn quiet(&mut self, free: u64, durable: crate::TxId) -> u64 {
+    /// A check without a commit (a timer, `Db::sync`, open): if nothing was committed since
+    /// the last one, the file is quiet and the interval ends a window as a durable advance
+    /// does, so free pages that stay free through two quiet intervals count as slack. `span`
+    /// as for [`Trigger::observe`].
+    pub(crate) fn quiet(&mut self, free: u64, durable: crate::TxId, span: u64) -> u64 {
         if self.started && self.commits == 0 && durable == self.window {
             (self.prev_min, self.cur_min) = (self.cur_min, free);
             self.window_base = free;
         }
         self.commits = 0;
+        self.span = span;
         self.roll(free, durable)
     }
 
     fn roll(&mut self, free: u64, durable: crate::TxId) -> u64 {
         if !self.started {
             self.started = true;
-            (self.cur_min, self.prev_min, self.window) = (free, free, durable);
+            // No history: count what is free less the working space (see the type's doc). A
+            // compacted file counts nothing it starts with anyway (`born`).
+            let seed = match self.born {
+                Some(_) => free,
+                None => free.saturating_sub(self.span.saturating_mul(2)),
+            };
+            (self.cur_min, self.prev_min, self.window) = (seed, seed, durable);
             self.window_base = free;
         } else if durable != self.window
             || (self.span > 0 && free >= self.window_base.saturating_add(self.span))

@@ -79,10 +79,14 @@ impl Clone for Db {
 impl Drop for Db {
     fn drop(&mut self) {
         if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The last handle: a background compaction must not outlive it (it would keep the
-            // file locked after the user closed it), nor its timer.
+            // The last handle: neither the timer nor a background compaction may outlive it
+            // (they would keep the file locked after the user closed it). A running
+            // compaction is finished, not dropped: its copy, the longest part, cannot be
+            // interrupted, and a process that closes before its compaction ends (one that
+            // opens, writes a little and closes) would otherwise never compact the file
+            // (docs/format.md, "By threshold").
             self.shared.compaction.timer.stop();
-            self.shared.compaction.stop();
+            self.shared.compaction.join();
         }
     }
 }
@@ -370,6 +374,7 @@ impl Db {
             }),
         };
         crate::autocompact::start_timer(&db.shared);
+        crate::autocompact::at_open(&db.shared);
         db
     }
 
@@ -577,10 +582,14 @@ impl Db {
                     st.synced_on_disk();
                     open_file.note_durable(st.durable);
                     drop(st);
-                    if let Some(mut w) = writer {
-                        if open_file.writer_state_current() {
+                    // Catching up with other processes costs a take of their writer lock and a
+                    // rebuild: only for the threshold.
+                    let threshold = self.shared.opts.compaction_threshold.is_some();
+                    if let Some(mut w) = writer.filter(|_| threshold) {
+                        if open_file.writer_state_for_check(&mut w) {
                             crate::autocompact::check_quiet(&self.shared, &open_file, &mut w);
                         }
+                        open_file.release_writer_if_on_disk();
                     }
                     return Ok(());
                 }

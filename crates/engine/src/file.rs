@@ -87,7 +87,7 @@ pub(crate) struct Shared {
     pub path: PathBuf,
     pub opts: Options,
     pub current: RwLock<Arc<OpenFile>>,
-    /// Live `Db` clones; the last one to drop stops a running compaction.
+    /// Live `Db` clones; the last one to drop waits for a running compaction to end.
     pub handles: AtomicUsize,
     pub compaction: crate::compaction_state::Compaction,
     /// Directory operations and new files of compaction (the real file system but in tests).
@@ -227,6 +227,30 @@ impl OpenFile {
         }
     }
 
+    /// For a look at the compaction threshold without a transaction (the handle's timer,
+    /// `Db::sync`), with the in-process writer lock held as `w`: make `w` the file's writer
+    /// state. If another process committed since this process's newest commit, take the
+    /// cross-process writer lock if nobody holds it (never wait) and rebuild `w` from the
+    /// file, as a write transaction would; else a handle that stays open without writing
+    /// would never count what other processes left (they cannot compact while it is
+    /// attached). False if `w` is stale and stays so. The caller then calls
+    /// [`OpenFile::release_writer_if_on_disk`].
+    pub(crate) fn writer_state_for_check(&self, w: &mut WriterState) -> bool {
+        if self.pager.read_only() {
+            return false;
+        }
+        if self.writer_state_current() {
+            return true;
+        }
+        let Some(lock) = self.lock() else {
+            return true;
+        };
+        if !matches!(lock.acquire(false), Ok(true)) {
+            return false;
+        }
+        self.reload_if_changed(w).is_ok()
+    }
+
     /// Release the cross-process writer lock if every commit of this process is on disk.
     /// Caller holds the in-process writer lock.
     pub(crate) fn release_writer_if_on_disk(&self) {
@@ -304,6 +328,9 @@ impl OpenFile {
         *w = WriterState {
             free,
             reader_pinned: Default::default(),
+            // What the trigger saw is history of a state that is gone (the other process may
+            // have used or freed any page, or switched in a compacted file): it starts again
+            // from the file's free pages, less the working space (`Trigger`).
             trigger: Default::default(),
             spare_nodes: std::mem::take(&mut w.spare_nodes),
             flush_started_at: 0,

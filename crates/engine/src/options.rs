@@ -304,7 +304,16 @@ impl Options {
     /// could not give them back. While a compaction runs, `begin_write` waits for it once the
     /// file has grown by this fraction since it started, so a fast writer cannot outrun the
     /// copy. `None` (the default) never compacts on its own (docs/format.md, "By threshold").
-    /// See [`crate::Db::wait_for_compaction`] for an example.
+    ///
+    /// The windows are a handle's history of the file. A handle just opened, or one that
+    /// another process's commits made rebuild its writer state, counts the free pages less
+    /// twice [`Options::max_unsynced_bytes`] (the working space a writer of Async commits
+    /// leaves) until it has seen two windows, and looks at open; a handle left open without
+    /// writing looks again on its timer and [`crate::Db::sync`] once other processes have
+    /// committed. Closing the last handle lets a running compaction finish. So a file that
+    /// short-lived processes write, or several processes in turn, is compacted too, but
+    /// never while another process has it open (docs/format.md, "Across opens and
+    /// processes"). See [`crate::Db::wait_for_compaction`] for an example.
     pub fn compaction_threshold(mut self, t: Option<f64>) -> Self {
         self.compaction_threshold = t;
         self
