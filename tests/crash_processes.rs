@@ -572,19 +572,25 @@ impl Sim {
         *self.counts.deaths.entry(why).or_default() += 1;
     }
 
+    /// Check and end the snapshots process `slot` holds: each still reads the state it began
+    /// on.
+    fn end_snapshots_of(&mut self, slot: usize) {
+        let (theirs, ours): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|(s, _, _)| *s == slot);
+        self.held = ours;
+        for (_, pos, rx) in theirs {
+            check_snapshot(&rx, pos, &self.states, &self.label);
+        }
+    }
+
     /// The process in `slot` is dead: drop its readers and its handle (nothing of it reaches
     /// the disk or the lock file any more).
     fn bury(&mut self, slot: usize) {
         let p = self.procs[slot].take().unwrap();
         p.fate.kill();
-        let (theirs, ours): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|(s, _, _)| *s == slot);
-        self.held = ours;
         // Its snapshots were whole up to its death (nothing ran since).
-        for (_, pos, rx) in theirs {
-            check_snapshot(&rx, pos, &self.states, &self.label);
-        }
+        self.end_snapshots_of(slot);
         drop(p);
     }
 
@@ -798,13 +804,7 @@ impl Sim {
     /// Closed, killed before `rule`'s step of the close if it reaches it.
     fn close(&mut self, slot: usize, rule: Rule) {
         let fate = self.procs[slot].as_ref().unwrap().fate.clone();
-        let (theirs, ours): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|(s, _, _)| *s == slot);
-        self.held = ours;
-        for (_, pos, rx) in theirs {
-            check_snapshot(&rx, pos, &self.states, &self.label);
-        }
+        self.end_snapshots_of(slot);
         let p = self.procs[slot].take().unwrap();
         fate.arm(rule);
         drop(p);
