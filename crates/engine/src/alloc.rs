@@ -252,8 +252,13 @@ impl Txn {
         }
         // The hot run: the roots and the free map's slots, one per level of it and one more
         // for the leaf of the other hot run's chunk.
+        // None when the commit leaves the free map to a later one.
         let fm_depth = u64::from(self.trees[FREEMAP].depth).max(1);
-        let slots = (fm_depth + u64::from(fm_depth > 1)).min(4);
+        let slots = if self.saves_free_map {
+            (fm_depth + u64::from(fm_depth > 1)).min(4)
+        } else {
+            0
+        };
         let want = hot + slots;
         let hw = &mut self.high_water;
         let undo = &mut self.undo;
@@ -294,6 +299,9 @@ impl Txn {
             self.freemap_changes.insert(page, false);
             moved |= page != old;
         }
+        if slot_pages.is_empty() {
+            return moved;
+        }
         // Not marked taken yet: `alloc` does when the free map takes them.
         let chunk = |p: PageId| p / crate::freemap::CHUNK_PAGES;
         self.hot_chunks = slot_pages.iter().map(|&p| chunk(p)).collect();
@@ -309,8 +317,8 @@ impl Txn {
     /// Lower the high-water mark over a run of reusable pages at the end of the file. Only
     /// runs worth it (1/32 of the file, at least 16 pages) unless compacting, so a file that
     /// breathes does not shrink and regrow on every commit. The file itself is truncated once
-    /// a meta with the lower mark is durable (`OpenFile::trim_to_durable`).
-    pub(crate) fn shrink_free_tail(&mut self) {
+    /// a meta with the lower mark is durable (`OpenFile::trim_to_durable`). True if it did.
+    pub(crate) fn shrink_free_tail(&mut self) -> bool {
         let tail = self.writer.free.policy.tail_run(self.high_water);
         let worth = if self.compacting {
             1
@@ -318,11 +326,11 @@ impl Txn {
             (self.high_water / 32).max(16)
         };
         if tail < worth || tail == 0 {
-            return;
+            return false;
         }
         let new_high_water = self.high_water - tail;
         if !self.writer.free.policy.remove(new_high_water, tail) {
-            return;
+            return false;
         }
         // Like an allocation: undo puts the pages back.
         self.undo.push(Undo::Alloc(new_high_water, tail));
@@ -330,6 +338,7 @@ impl Txn {
             self.freemap_changes.insert(p, false);
         }
         self.high_water = new_high_water;
+        true
     }
 }
 

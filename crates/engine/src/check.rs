@@ -287,6 +287,61 @@ impl Db {
         // Every page is exactly one of reachable or marked unreachable.
         match crate::freemap::unreachable_runs(&c.view, &meta) {
             Err(e) => c.note(Some(meta.freemap.root), strip(&e)),
+            Ok(runs) if c.problems.is_empty() && meta.freemap_behind => {
+                // The free map records an earlier commit (docs/format.md, "A free map behind
+                // its meta"): this one's unreachable pages are the ones its trees leave.
+                let unreached = walk.seen.gaps(2, meta.high_water);
+                let unreachable: u64 = unreached.iter().map(|&(_, n)| n).sum();
+                report.unreachable_pages = unreachable;
+                if meta.live_pages != reachable || meta.unreachable_pages != unreachable {
+                    c.note(
+                        None,
+                        format!(
+                            "meta counts {} live and {} unreachable pages; found {reachable} and {unreachable}",
+                            meta.live_pages, meta.unreachable_pages
+                        ),
+                    );
+                }
+                // The writer's state for this commit: the free map with the bits it carries,
+                // and its in-memory free space, must both be exactly those pages.
+                if let Some(w) = rx.file().writer.try_lock() {
+                    if rx.file().durability.lock().committed.txid == meta.txid
+                        && !rx.file().opts.read_only
+                    {
+                        let mut want = PageSet::default();
+                        for &(p, n) in &unreached {
+                            for q in p..p + n {
+                                want.insert(q);
+                            }
+                        }
+                        let mut marked = PageSet::default();
+                        for (p, n) in runs {
+                            for q in p..p + n {
+                                marked.insert(q);
+                            }
+                        }
+                        for (&p, &unreachable) in &w.freemap_carried {
+                            if unreachable {
+                                marked.insert(p);
+                            } else {
+                                marked.remove(p);
+                            }
+                        }
+                        if marked != want {
+                            c.note(
+                                None,
+                                "the free map with the bits the writer carries differs from the pages no tree reaches",
+                            );
+                        }
+                        if in_memory_free(&w, meta.high_water) != want {
+                            c.note(
+                                None,
+                                "the in-memory free-space state differs from the pages no tree reaches",
+                            );
+                        }
+                    }
+                }
+            }
             Ok(runs) if c.problems.is_empty() => {
                 let mut marked = PageSet::default();
                 for (p, n) in runs {
@@ -323,25 +378,12 @@ impl Db {
                 if let Some(w) = rx.file().writer.try_lock() {
                     if rx.file().durability.lock().committed.txid == meta.txid
                         && !rx.file().opts.read_only
+                        && in_memory_free(&w, meta.high_water) != marked
                     {
-                        let mut mem = PageSet::default();
-                        let mut mark = |p: PageId, n: u64| {
-                            for q in p..p.saturating_add(n).min(meta.high_water) {
-                                mem.insert(q);
-                            }
-                        };
-                        for (p, n) in w.free.policy.extents() {
-                            mark(p, n);
-                        }
-                        for (_, p, n) in w.free.pending.iter().chain(w.reader_pinned.iter()) {
-                            mark(p, n);
-                        }
-                        if mem != marked {
-                            c.note(
-                                None,
-                                "the in-memory free-space state differs from the free map",
-                            );
-                        }
+                        c.note(
+                            None,
+                            "the in-memory free-space state differs from the free map",
+                        );
                     }
                 }
             }
@@ -351,4 +393,21 @@ impl Db {
         report.problems = c.problems;
         Ok(report)
     }
+}
+
+/// The writer's unreachable pages below `high_water`: free, pending and reader-pinned.
+fn in_memory_free(w: &crate::file::WriterState, high_water: PageId) -> PageSet {
+    let mut mem = PageSet::default();
+    let mut mark = |p: PageId, n: u64| {
+        for q in p..p.saturating_add(n).min(high_water) {
+            mem.insert(q);
+        }
+    };
+    for (p, n) in w.free.policy.extents() {
+        mark(p, n);
+    }
+    for (_, p, n) in w.free.pending.iter().chain(w.reader_pinned.iter()) {
+        mark(p, n);
+    }
+    mem
 }

@@ -280,6 +280,7 @@ pub(crate) fn copy_snapshot(
             txid: COPY_TXID,
             catalog,
             freemap: TreeRoot::default(),
+            freemap_behind: false,
             high_water: hwm,
             live_pages: hwm,
             unreachable_pages: 0,

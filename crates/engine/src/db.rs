@@ -454,8 +454,9 @@ impl Db {
         let meta = opened.current;
         let map = pager.map();
         let mut free = FreeSpace::new(opts.policy);
+        let mut freemap_carried = Default::default();
         if !opts.read_only {
-            crate::freemap::load(
+            freemap_carried = crate::freemap::load(
                 &View::new(&map, &meta, opts.verify_checksums),
                 &meta,
                 &mut free,
@@ -472,6 +473,7 @@ impl Db {
                 flush_started_at: 0,
                 hot_run_grown: false,
                 last_hot_run: None,
+                freemap_carried,
             })),
             durability: Mutex::new(DurableState::new(meta)),
             pager,

@@ -51,6 +51,10 @@ pub(crate) struct WriterState {
     pub hot_run_grown: bool,
     /// The first free-map slot of the last commit's hot run (`Txn::gather_hot_pages`).
     pub last_hot_run: Option<crate::PageId>,
+    /// Free-map bits the newest commit's free map does not have yet (page -> unreachable):
+    /// Async commits leave them to the next commit that saves the free map (`Txn::commit`,
+    /// docs/format.md "A free map behind its meta"). Empty when the free map is current.
+    pub freemap_carried: std::collections::BTreeMap<crate::PageId, bool>,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
@@ -319,7 +323,7 @@ impl OpenFile {
         };
         let pinned_by = oldest.is_some_and(|o| o < meta.txid).then_some(meta.txid);
         let mut free = larch_freelist::FreeSpace::new(self.opts.policy);
-        crate::freemap::load(
+        let freemap_carried = crate::freemap::load(
             &crate::view::View::new(&map, &meta, self.opts.verify_checksums),
             &meta,
             &mut free,
@@ -336,6 +340,7 @@ impl OpenFile {
             flush_started_at: 0,
             hot_run_grown: w.hot_run_grown,
             last_hot_run: None,
+            freemap_carried,
         };
         *self.durability.lock() = DurableState::new(meta);
         self.durable_txid.store(meta.txid, Ordering::Release);

@@ -6,6 +6,8 @@
 //! means "every page in it is in use"; a chunk once written is kept even when it returns to all
 //! zeros, so the free map only grows and the fixpoint below settles.
 
+use std::collections::BTreeMap;
+
 use larch_freelist::FreeSpace;
 use larch_pager::{Meta, PageRole};
 
@@ -74,6 +76,11 @@ pub fn unreachable_runs(view: &View<'_>, meta: &Meta) -> Result<Vec<(PageId, u64
     Ok(runs)
 }
 
+/// The most free-map bits the writer carries past Async commits before one of them saves
+/// the free map anyway (`Txn::commit`): what a behind free map can lack, so also the most a
+/// read-write open takes from the walk on top of it (`load`).
+pub(crate) const CARRIED_MAX: usize = 1 << 16;
+
 /// Fill `free` from the free map at open: with no reader and a durable meta, every
 /// unreachable page is reusable. `pinned_by: Some(t)`: readers may hold snapshots older than
 /// the meta `t` (another process wrote it, process.rs), so every unreachable page waits, as
@@ -85,19 +92,25 @@ pub fn unreachable_runs(view: &View<'_>, meta: &Meta) -> Result<Vec<(PageId, u64
 /// them may be reachable from the meta. That last check walks every tree (walk.rs): a free map
 /// can be whole, consistent with the counters and still wrong (a bug that lost a bit, a crafted
 /// file), and only reachability says which pages are really free.
+///
+/// A meta whose free map is behind (`Meta::freemap_behind`: it records an earlier commit) is
+/// trusted for nothing but its shape: the free pages are those below the high-water mark the
+/// walk does not reach, which must number what the meta counted, and the bits the free map
+/// lacks (at most [`CARRIED_MAX`], else the file is not one larch wrote) are returned for the
+/// writer to carry into the next commit that saves it.
 pub fn load(
     view: &View<'_>,
     meta: &Meta,
     free: &mut FreeSpace,
     pinned_by: Option<crate::TxId>,
-) -> Result<()> {
+) -> Result<BTreeMap<PageId, bool>> {
     let checked = View {
         verify: true,
         ..*view
     };
     let runs = unreachable_runs(&checked, meta)?;
     let marked: u64 = runs.iter().map(|&(_, n)| n).sum();
-    if marked != meta.unreachable_pages {
+    if !meta.freemap_behind && marked != meta.unreachable_pages {
         return Err(Error::corrupt(
             meta.freemap.root,
             format!(
@@ -112,24 +125,87 @@ pub fn load(
         }
         other => other,
     })?;
-    for &(p, n) in &runs {
-        if let Some(q) = (p..p + n).find(|&q| reachable.contains(q)) {
+    let mut carried = BTreeMap::new();
+    let free_runs = if meta.freemap_behind {
+        let unreached = reachable.gaps(2, meta.high_water);
+        let n: u64 = unreached.iter().map(|&(_, n)| n).sum();
+        if n != meta.unreachable_pages {
             return Err(Error::corrupt(
-                q,
+                meta.catalog.root,
                 format!(
-                    "the free map marks page {q} free but the meta's trees reach it; {NOT_FOR_WRITING}"
+                    "the meta counts {} unreachable pages but its trees leave {n}; {NOT_FOR_WRITING}",
+                    meta.unreachable_pages
                 ),
             ));
         }
-    }
-    for (p, n) in runs {
+        for (p, len, unreachable) in differences(&runs, &unreached) {
+            if carried.len() as u64 + len > CARRIED_MAX as u64 {
+                return Err(Error::corrupt(
+                    meta.freemap.root,
+                    format!(
+                        "the free map is behind its meta by more than {CARRIED_MAX} pages; {NOT_FOR_WRITING}"
+                    ),
+                ));
+            }
+            carried.extend((p..p + len).map(|q| (q, unreachable)));
+        }
+        unreached
+    } else {
+        for &(p, n) in &runs {
+            if let Some(q) = (p..p + n).find(|&q| reachable.contains(q)) {
+                return Err(Error::corrupt(
+                    q,
+                    format!(
+                        "the free map marks page {q} free but the meta's trees reach it; {NOT_FOR_WRITING}"
+                    ),
+                ));
+            }
+        }
+        runs
+    };
+    for (p, n) in free_runs {
         match pinned_by {
             // Readers of older snapshots may reach these: reusable once none is older.
             Some(t) => free.free(t, p, n),
             None => free.policy.insert(p, n),
         }
     }
-    Ok(())
+    Ok(carried)
+}
+
+/// Where two sorted lists of disjoint runs differ: `(start, len, in b)` for every stretch of
+/// pages that one holds and the other does not, in order.
+fn differences(a: &[(PageId, u64)], b: &[(PageId, u64)]) -> Vec<(PageId, u64, bool)> {
+    // Every run start and end, with which list it belongs to: between two consecutive
+    // positions, membership in either list does not change.
+    let mut edges: Vec<(PageId, bool, bool)> = Vec::with_capacity(2 * (a.len() + b.len()));
+    for (list, in_b) in [(a, false), (b, true)] {
+        for &(p, n) in list {
+            edges.push((p, in_b, true));
+            edges.push((p + n, in_b, false));
+        }
+    }
+    // A run's end before a start at the same page (the lists' runs never touch, but a run of
+    // one may end where a run of the other starts).
+    edges.sort_unstable_by_key(|&(p, _, start)| (p, start));
+    let (mut in_a, mut in_b) = (false, false);
+    let mut out: Vec<(PageId, u64, bool)> = Vec::new();
+    let mut at = 0;
+    for (p, list_b, start) in edges {
+        if p > at && in_a != in_b {
+            match out.last_mut() {
+                Some((q, n, b)) if *b == in_b && *q + *n == at => *n += p - at,
+                _ => out.push((at, p - at, in_b)),
+            }
+        }
+        at = p;
+        if list_b {
+            in_b = start;
+        } else {
+            in_a = start;
+        }
+    }
+    out
 }
 
 /// What a read-write open that cannot trust the free map says to do.
@@ -195,5 +271,47 @@ impl Txn {
             self.base.meta.freemap.root,
             "free map did not settle",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_are_the_pages_one_list_holds_and_the_other_does_not() {
+        let mut seed = 0xda94_2042_e4dd_58b5u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let runs = |set: &std::collections::BTreeSet<u64>| {
+            let mut out: Vec<(PageId, u64)> = Vec::new();
+            for &p in set {
+                match out.last_mut() {
+                    Some((s, n)) if *s + *n == p => *n += 1,
+                    _ => out.push((p, 1)),
+                }
+            }
+            out
+        };
+        for _ in 0..500 {
+            let span = 2 + next(200);
+            let a: std::collections::BTreeSet<u64> = (0..next(span)).map(|_| next(span)).collect();
+            let b: std::collections::BTreeSet<u64> = (0..next(span)).map(|_| next(span)).collect();
+            let want: Vec<(u64, bool)> = (0..span)
+                .filter(|p| a.contains(p) != b.contains(p))
+                .map(|p| (p, b.contains(&p)))
+                .collect();
+            let d = differences(&runs(&a), &runs(&b));
+            let got: Vec<(u64, bool)> = d
+                .iter()
+                .flat_map(|&(p, n, in_b)| (p..p + n).map(move |q| (q, in_b)))
+                .collect();
+            assert_eq!(got, want, "{a:?} {b:?}");
+            assert!(d.iter().all(|&(_, n, _)| n > 0));
+        }
     }
 }

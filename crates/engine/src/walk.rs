@@ -45,6 +45,25 @@ impl PageSet {
         true
     }
 
+    /// Take `p` out; false if it was not there.
+    pub fn remove(&mut self, p: PageId) -> bool {
+        let Some(block) = self.blocks.get_mut(&(p / BLOCK_PAGES)) else {
+            return false;
+        };
+        let off = p % BLOCK_PAGES;
+        let (w, bit) = ((off / 64) as usize, 1u64 << (off % 64));
+        if block[w] & bit == 0 {
+            return false;
+        }
+        block[w] &= !bit;
+        self.len -= 1;
+        // No empty block stays: two sets of the same pages are equal.
+        if block.iter().all(|&w| w == 0) {
+            self.blocks.remove(&(p / BLOCK_PAGES));
+        }
+        true
+    }
+
     /// Is `p` in the set?
     pub fn contains(&self, p: PageId) -> bool {
         let off = p % BLOCK_PAGES;
@@ -56,6 +75,41 @@ impl PageSet {
     /// Pages in the set.
     pub fn len(&self) -> u64 {
         self.len
+    }
+
+    /// The runs of pages in `lo..hi` that are not in the set, in order: at most one more
+    /// than the pages in the set, however wide the range.
+    pub fn gaps(&self, lo: PageId, hi: PageId) -> Vec<(PageId, u64)> {
+        let mut out = Vec::new();
+        // First page not yet placed in a gap or passed over as a member.
+        let mut next = lo;
+        'blocks: for (&b, words) in self.blocks.range(lo / BLOCK_PAGES..) {
+            let base = b * BLOCK_PAGES;
+            if base >= hi {
+                break;
+            }
+            for (w, &word) in words.iter().enumerate() {
+                let mut word = word;
+                while word != 0 {
+                    let p = base + w as u64 * 64 + u64::from(word.trailing_zeros());
+                    word &= word - 1;
+                    if p < next {
+                        continue;
+                    }
+                    if p >= hi {
+                        break 'blocks;
+                    }
+                    if p > next {
+                        out.push((next, p - next));
+                    }
+                    next = p + 1;
+                }
+            }
+        }
+        if next < hi {
+            out.push((next, hi - next));
+        }
+        out
     }
 }
 
@@ -380,8 +434,46 @@ mod tests {
         }
         assert!(!s.insert(64));
         assert_eq!(s.len(), pages.len() as u64);
+        let mut t = s.clone();
+        assert!(t.insert(70) && t.remove(70) && !t.remove(70) && t == s);
+        assert!(t.remove(1 << 40) && t.remove((1 << 40) + 1) && t.blocks.len() == 3);
         assert!(s.contains(1 << 40) && !s.contains(3) && !s.contains((1 << 40) + 2));
         assert!(pages.iter().all(|&p| s.contains(p)));
         assert_eq!(s.blocks.len(), 4);
+    }
+
+    #[test]
+    fn the_gaps_of_a_page_set_are_the_runs_it_does_not_hold() {
+        let mut seed = 0x853c_49e6_748f_ea9bu64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..200 {
+            let mut s = PageSet::default();
+            let span = 1 + next(100_000);
+            for _ in 0..next(300) {
+                s.insert(next(span));
+            }
+            let (lo, hi) = (next(span), next(span + 10));
+            let want: Vec<u64> = (lo..hi).filter(|&p| !s.contains(p)).collect();
+            let got: Vec<u64> = s.gaps(lo, hi).iter().flat_map(|&(p, n)| p..p + n).collect();
+            assert_eq!(got, want, "{lo}..{hi}");
+            assert!(s.gaps(lo, hi).iter().all(|&(_, n)| n > 0));
+        }
+        // A wide range costs nothing but its members.
+        let mut s = PageSet::default();
+        s.insert(5);
+        s.insert(1 << 40);
+        assert_eq!(
+            s.gaps(2, u64::MAX),
+            vec![
+                (2, 3),
+                (6, (1 << 40) - 6),
+                ((1 << 40) + 1, u64::MAX - (1 << 40) - 1)
+            ]
+        );
     }
 }

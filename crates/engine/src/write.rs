@@ -128,6 +128,9 @@ pub(crate) struct Txn {
     /// Free-map chunks whose pages the free map saves first, so that its nodes that hold
     /// them take the slots: the chunks of this commit's hot run and of the one before it.
     pub(crate) hot_chunks: Vec<u64>,
+    /// The commit saves the free map (`Txn::commit_inner`); otherwise it leaves its changes
+    /// to a later commit and keeps no slots for it (`Txn::gather_hot_pages`).
+    pub(crate) saves_free_map: bool,
 }
 
 impl std::fmt::Debug for Txn {
@@ -239,6 +242,7 @@ impl Txn {
             next_savepoint: 0,
             freemap_slots: Default::default(),
             hot_chunks: Vec::new(),
+            saves_free_map: true,
         })
     }
 
@@ -484,13 +488,32 @@ impl Txn {
         for (p, n) in std::mem::take(&mut self.held_fresh) {
             self.writer.free.policy.insert(p, n);
         }
+        // An Async commit writes no meta of its own, so its free-map changes can wait for a
+        // commit that does: the writer carries them, and this commit's meta says its free map
+        // is behind (docs/format.md, "A free map behind its meta"). Any commit that may be
+        // written with a sync saves them all, as does one that moves pages about in place or
+        // would leave the writer carrying more than `CARRIED_MAX` bits.
+        self.saves_free_map = self.durability != Durability::Async
+            || self.compacting
+            || self.writer.freemap_carried.len() + self.freemap_changes.len()
+                > crate::freemap::CARRIED_MAX;
         if self.gather_hot_pages() {
             self.store_tree_roots(false)?;
         }
-        // 3. Give back a free tail of the file, then persist the free-space state (touches
-        //    only the free map tree; its first new page takes the slot the hot run kept).
-        self.shrink_free_tail();
-        self.save_free_map()?;
+        // 3. Give back a free tail of the file (a free map behind its meta must not mark
+        //    pages past the high-water mark, so this saves it), then persist the free-space
+        //    state (touches only the free map tree; its first new page takes the slot the
+        //    hot run kept).
+        if self.shrink_free_tail() {
+            self.saves_free_map = true;
+        }
+        if self.saves_free_map {
+            // What earlier commits left: this transaction's own changes are newer.
+            for (&p, &unreachable) in &self.writer.freemap_carried {
+                self.freemap_changes.entry(p).or_insert(unreachable);
+            }
+            self.save_free_map()?;
+        }
         if !self.freemap_slots.is_empty() {
             // Slots the free map did not need are free again.
             for p in std::mem::take(&mut self.freemap_slots) {
@@ -500,11 +523,14 @@ impl Txn {
             }
             self.save_free_map()?;
         }
+        let carries = !(self.freemap_changes.is_empty() && self.writer.freemap_carried.is_empty());
+        let freemap_behind = !self.saves_free_map && carries;
         let meta = Meta {
             page_size: self.limits.page_size as u32,
             txid: self.txid,
             catalog: self.tree_root(CATALOG),
             freemap: self.tree_root(FREEMAP),
+            freemap_behind,
             high_water: self.high_water,
             live_pages: self.high_water - self.writer.unreachable_pages(),
             unreachable_pages: self.writer.unreachable_pages(),
@@ -537,6 +563,12 @@ impl Txn {
         };
         // 6. Publish.
         self.undo.clear();
+        if self.saves_free_map {
+            self.writer.freemap_carried.clear();
+        } else {
+            let own = std::mem::take(&mut self.freemap_changes);
+            self.writer.freemap_carried.extend(own);
+        }
         self.db.publish(meta);
         Ok(deferred)
     }

@@ -7,7 +7,8 @@
 //! 12     4    page size
 //! 16     8    txid
 //! 24     24   catalog root   (root page u64, entries u64, depth u32, reserved u32)
-//! 48     24   free-map root  (same shape)
+//! 48     24   free-map root  (same shape; its last u32 holds flags: 1 = the free map is
+//!             behind, it records an earlier commit and open derives free pages by a walk)
 //! 72     8    high-water mark: first page id never used
 //! 80     8    live pages (reachable from this meta, metas included)
 //! 88     8    unreachable pages below the high-water mark (free + pending)
@@ -91,6 +92,10 @@ pub struct Meta {
     pub catalog: TreeRoot,
     /// The persisted free-space map.
     pub freemap: TreeRoot,
+    /// The free map records the free pages of an earlier commit, not of this one (Async
+    /// commits leave it to the next commit that saves it): open finds this commit's free
+    /// pages by walking its trees (docs/format.md, "A free map behind its meta").
+    pub freemap_behind: bool,
     /// First page id never used; the file holds at least this many pages.
     pub high_water: PageId,
     /// Pages reachable from this meta, the two meta pages included.
@@ -228,6 +233,7 @@ impl Meta {
             txid: 0,
             catalog: TreeRoot::default(),
             freemap: TreeRoot::default(),
+            freemap_behind: false,
             high_water: 2,
             live_pages: 2,
             unreachable_pages: 0,
@@ -286,6 +292,7 @@ impl Meta {
         b[16..24].copy_from_slice(&self.txid.to_le_bytes());
         b[24..48].copy_from_slice(&self.catalog.encode());
         b[48..72].copy_from_slice(&self.freemap.encode());
+        b[68..72].copy_from_slice(&u32::from(self.freemap_behind).to_le_bytes());
         b[72..80].copy_from_slice(&self.high_water.to_le_bytes());
         b[80..88].copy_from_slice(&self.live_pages.to_le_bytes());
         b[88..96].copy_from_slice(&self.unreachable_pages.to_le_bytes());
@@ -352,6 +359,11 @@ impl Meta {
             txid: u64_at(16),
             catalog: TreeRoot::decode(&b[24..48]).ok_or("short catalog root")?,
             freemap: TreeRoot::decode(&b[48..72]).ok_or("short free-map root")?,
+            freemap_behind: match u32_at(68) {
+                0 => false,
+                1 => true,
+                f => return Err(format!("free-map flags {f:#x} are not known")),
+            },
             high_water: u64_at(72),
             live_pages: u64_at(80),
             unreachable_pages: u64_at(88),
@@ -410,6 +422,7 @@ mod tests {
                 entries: 1,
                 depth: 1,
             },
+            freemap_behind: true,
             high_water: 12,
             live_pages: 6,
             unreachable_pages: 6,

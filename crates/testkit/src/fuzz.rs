@@ -860,7 +860,11 @@ fn craft(data: &[u8]) -> Crafted {
             7 => m.freemap.depth = value(&mut input) as u32,
             8 => m.live_pages = value(&mut input),
             9 => m.unreachable_pages = value(&mut input),
-            10 => consistent_counters(m, &img, ps),
+            10 => match input.byte() % 2 {
+                0 => consistent_counters(m, &img, ps),
+                // Behind: open derives the free pages by the walk, whatever the map says.
+                _ => m.freemap_behind = !m.freemap_behind,
+            },
             11 => {
                 let other = slots[1 - cur].meta.txid;
                 let v = match input.byte() % 6 {

@@ -139,6 +139,12 @@ fn meta(out: &mut impl Write, pf: &PageFile, slot: usize) -> CliResult {
             r.root, r.entries, r.depth
         )?;
     }
+    if m.freemap_behind {
+        writeln!(
+            out,
+            "freemap_behind: yes (it records an earlier commit; open finds the free pages by a walk)"
+        )?;
+    }
     writeln!(out, "high_water: {}", m.high_water)?;
     writeln!(out, "live_pages: {}", m.live_pages)?;
     writeln!(out, "unreachable_pages: {}", m.unreachable_pages)?;

@@ -1,0 +1,290 @@
+//! An Async commit leaves its free-map changes to the next commit that saves the free map,
+//! and its meta says the free map is behind (docs/format.md, "A free map behind its meta").
+//! Any meta may reach the disk (`Db::sync`, a group's sync, a fallback meta, a handoff to
+//! another process), so a behind meta must be a whole commit by itself: open finds its free
+//! pages by walking its trees, takes from the free map only the shape, and carries the bits
+//! the map lacks into the next save. These tests follow one file through that cycle, crash
+//! it (a copy of the file is what a power cut after the sync leaves), and craft metas that
+//! lie about it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use larch::raw::Meta;
+use larch::{Db, Durability, Error, Options};
+
+const PS: usize = 4096;
+
+/// The newest valid meta of the file at `path`.
+fn newest(path: &Path) -> Meta {
+    let img = std::fs::read(path).unwrap();
+    let a = Meta::decode(&img[..128]).ok();
+    let b = Meta::decode(&img[PS..PS + 128]).ok();
+    match (a, b) {
+        (Some(a), Some(b)) if b.txid > a.txid => b,
+        (Some(a), _) => a,
+        (None, Some(b)) => b,
+        _ => panic!("no valid meta"),
+    }
+}
+
+fn key(i: u32) -> [u8; 4] {
+    (i * 7919 % 4000).to_be_bytes()
+}
+
+fn commit(db: &Db, d: Durability, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, i: u32) {
+    let mut tx = db.begin_write().unwrap();
+    let v = vec![(i % 251) as u8; 40 + (i % 90) as usize];
+    tx.open_tree("t").unwrap().insert(&key(i), &v).unwrap();
+    model.insert(key(i).to_vec(), v);
+    tx.set_durability(d);
+    tx.commit().unwrap();
+}
+
+fn contents(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    t.iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// A file of 4,000 keys, every commit Sync: its free map is current.
+fn loaded(path: &Path) -> (Db, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let db = Db::open(path, Options::default().page_size(PS)).unwrap();
+    let mut model = BTreeMap::new();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..4000u32 {
+            t.insert(&key(i), &[1u8; 100]).unwrap();
+            model.insert(key(i).to_vec(), vec![1u8; 100]);
+        }
+    }
+    tx.commit().unwrap();
+    for i in 0..20 {
+        commit(&db, Durability::Sync, &mut model, i);
+    }
+    (db, model)
+}
+
+#[test]
+fn async_commits_leave_the_free_map_behind_until_a_commit_that_syncs_saves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.larch");
+    let (db, mut model) = loaded(&path);
+    let saved = newest(&path);
+    assert!(!saved.freemap_behind, "a Sync commit saves the free map");
+    for i in 100..300 {
+        commit(&db, Durability::Async, &mut model, i);
+        if i % 50 == 0 {
+            // In the writing process, check compares the free map plus the bits the writer
+            // carries, and the in-memory free space, with the pages no tree reaches.
+            db.check().unwrap();
+        }
+    }
+    db.sync().unwrap();
+    let behind = newest(&path);
+    assert!(behind.freemap_behind, "{behind:?}");
+    assert_eq!(
+        behind.freemap, saved.freemap,
+        "no Async commit rewrote a free-map page"
+    );
+    assert_eq!(
+        behind.live_pages + behind.unreachable_pages,
+        behind.high_water
+    );
+    db.check().unwrap();
+
+    // A power cut now leaves this file: it opens at the behind meta with every page its
+    // trees do not reach free, and the next Sync commit writes a free map that says so.
+    let crashed = dir.path().join("crashed.larch");
+    std::fs::copy(&path, &crashed).unwrap();
+    {
+        let db2 = Db::open(&crashed, Options::default()).unwrap();
+        assert_eq!(contents(&db2), model);
+        db2.check().unwrap();
+        let mut m2 = model.clone();
+        for i in 300..340 {
+            commit(&db2, Durability::Sync, &mut m2, i);
+        }
+        let after = newest(&crashed);
+        assert!(!after.freemap_behind);
+        assert!(
+            after.high_water <= behind.high_water + 8,
+            "the reopened file reuses the pages the walk found free: high water {} -> {}",
+            behind.high_water,
+            after.high_water
+        );
+        db2.check().unwrap();
+        assert_eq!(contents(&db2), m2);
+    }
+    // Reopened after a clean close, the saved free map is trusted as it is.
+    let db3 = Db::open(&crashed, Options::default()).unwrap();
+    db3.check().unwrap();
+    drop(db3);
+
+    // The original file: one Sync commit brings its free map up to date.
+    commit(&db, Durability::Sync, &mut model, 400);
+    let current = newest(&path);
+    assert!(!current.freemap_behind);
+    assert_ne!(current.freemap, saved.freemap);
+    db.check().unwrap();
+    drop(db);
+    let db = Db::open(&path, Options::default()).unwrap();
+    assert_eq!(contents(&db), model);
+    db.check().unwrap();
+}
+
+#[test]
+fn a_long_run_of_async_commits_saves_the_free_map_before_it_carries_too_much() {
+    // A new 4 MiB value each commit: 1,025 pages taken past the high-water mark, so the
+    // writer would carry more than `CARRIED_MAX` (65,536) bits after 64 commits.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.larch");
+    let db = Db::open(
+        &path,
+        Options::default()
+            .page_size(PS)
+            .durability(Durability::Async)
+            .max_unsynced_bytes(None),
+    )
+    .unwrap();
+    let value = vec![3u8; 4 << 20];
+    let mut saves = Vec::new();
+    for i in 0..72u32 {
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("big")
+            .unwrap()
+            .insert(&i.to_be_bytes(), &value)
+            .unwrap();
+        tx.commit().unwrap();
+        db.sync().unwrap();
+        if i > 0 && !newest(&path).freemap_behind {
+            saves.push(i);
+        }
+        // Behind by about 52,000 bits: the file opens and checks clean.
+        if i == 50 {
+            let copy = dir.path().join("copy.larch");
+            std::fs::copy(&path, &copy).unwrap();
+            let c = Db::open(&copy, Options::default()).unwrap();
+            c.check().unwrap();
+            drop(c);
+            std::fs::remove_file(&copy).unwrap();
+        }
+    }
+    assert_eq!(saves.len(), 1, "saved at commits {saves:?}");
+    assert!((60..=66).contains(&saves[0]), "saved at commit {saves:?}");
+    db.check().unwrap();
+}
+
+/// Rewrite the newest meta of the file image with `edit` (the checksum follows).
+fn edit_newest(path: &Path, edit: impl FnOnce(&mut Meta)) {
+    let mut img = std::fs::read(path).unwrap();
+    let m = newest(path);
+    let at = (m.txid % 2) as usize * PS;
+    let mut e = m;
+    edit(&mut e);
+    img[at..at + 128].copy_from_slice(&e.encode());
+    std::fs::write(path, img).unwrap();
+}
+
+#[test]
+fn a_behind_meta_takes_its_free_pages_from_the_walk_not_from_the_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.larch");
+    let (db, mut model) = loaded(&path);
+    for i in 500..520 {
+        commit(&db, Durability::Sync, &mut model, i);
+    }
+    drop(db);
+    let m = newest(&path);
+    assert!(!m.freemap_behind && m.unreachable_pages > 0);
+
+    // The map says nothing is free (its root gone), the meta that it is behind: open finds
+    // the free pages by the walk, reuses them, and the next save writes them down.
+    let lying = dir.path().join("lying.larch");
+    std::fs::copy(&path, &lying).unwrap();
+    assert_eq!(m.freemap.depth, 1, "one free-map page");
+    edit_newest(&lying, |m| {
+        // Its one page is no longer reachable: one more unreachable page.
+        m.freemap = Default::default();
+        m.freemap_behind = true;
+        m.live_pages -= 1;
+        m.unreachable_pages += 1;
+    });
+    {
+        let db = Db::open(&lying, Options::default()).unwrap();
+        db.check().unwrap();
+        assert_eq!(contents(&db), model);
+        let mut m2 = model.clone();
+        for i in 600..640 {
+            commit(&db, Durability::Sync, &mut m2, i);
+        }
+        assert!(newest(&lying).high_water <= m.high_water + 8);
+        db.check().unwrap();
+    }
+    Db::open(&lying, Options::default())
+        .unwrap()
+        .check()
+        .unwrap();
+
+    // Counts that disagree with the walk: refused for writing, the file untouched, and
+    // readable read-only.
+    let miscounted = dir.path().join("miscounted.larch");
+    std::fs::copy(&path, &miscounted).unwrap();
+    edit_newest(&miscounted, |m| {
+        m.freemap_behind = true;
+        m.unreachable_pages += 1;
+        m.live_pages -= 1;
+    });
+    let before = std::fs::read(&miscounted).unwrap();
+    match Db::open(&miscounted, Options::default()) {
+        Err(Error::Corrupt { reason, .. }) => {
+            assert!(reason.contains("unreachable pages"), "{reason}")
+        }
+        other => panic!("opened: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(std::fs::read(&miscounted).unwrap(), before);
+    let ro = Db::open(&miscounted, Options::default().read_only(true)).unwrap();
+    assert_eq!(contents(&ro), model);
+    drop(ro);
+
+    // A map behind by more than the writer ever carries (70,000 pages past the high-water
+    // mark it never saw, the file grown sparse to hold them): not a file larch wrote.
+    let far = dir.path().join("far.larch");
+    std::fs::copy(&path, &far).unwrap();
+    let grow = 70_000u64;
+    edit_newest(&far, |m| {
+        m.freemap_behind = true;
+        m.high_water += grow;
+        m.unreachable_pages += grow;
+    });
+    let f = std::fs::OpenOptions::new().write(true).open(&far).unwrap();
+    f.set_len((m.high_water + grow) * PS as u64).unwrap();
+    drop(f);
+    match Db::open(&far, Options::default()) {
+        Err(Error::Corrupt { reason, .. }) => {
+            assert!(reason.contains("behind its meta by more than"), "{reason}")
+        }
+        other => panic!("opened: {:?}", other.map(|_| ())),
+    }
+    // Within the bound the same edit opens, and the pages are free.
+    let near = dir.path().join("near.larch");
+    std::fs::copy(&path, &near).unwrap();
+    edit_newest(&near, |m| {
+        m.freemap_behind = true;
+        m.high_water += 1000;
+        m.unreachable_pages += 1000;
+    });
+    let f = std::fs::OpenOptions::new().write(true).open(&near).unwrap();
+    f.set_len((m.high_water + 1000) * PS as u64).unwrap();
+    drop(f);
+    let db = Db::open(&near, Options::default()).unwrap();
+    db.check().unwrap();
+    let mut m3 = model.clone();
+    commit(&db, Durability::Sync, &mut m3, 700);
+    db.check().unwrap();
+}
