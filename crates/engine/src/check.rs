@@ -320,7 +320,7 @@ impl Db {
                                 marked.insert(q);
                             }
                         }
-                        for (&p, &unreachable) in &w.freemap_carried {
+                        for (p, unreachable) in w.freemap_carried.iter() {
                             if unreachable {
                                 marked.insert(p);
                             } else {

@@ -54,7 +54,7 @@ pub(crate) struct WriterState {
     /// Free-map bits the newest commit's free map does not have yet (page -> unreachable):
     /// Async commits leave them to the next commit that saves the free map (`Txn::commit`,
     /// docs/format.md "A free map behind its meta"). Empty when the free map is current.
-    pub freemap_carried: std::collections::BTreeMap<crate::PageId, bool>,
+    pub freemap_carried: crate::freemap::Changes,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the

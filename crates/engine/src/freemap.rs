@@ -22,6 +22,106 @@ pub const CHUNK_BYTES: usize = 256;
 /// Pages a chunk covers.
 pub const CHUNK_PAGES: u64 = (CHUNK_BYTES * 8) as u64;
 
+/// Pages per block of [`Changes`] (two 512-byte bitmaps).
+const CHANGE_BLOCK_PAGES: u64 = 4096;
+const CHANGE_BLOCK_WORDS: usize = (CHANGE_BLOCK_PAGES / 64) as usize;
+
+/// Free-map bits to write: page -> unreachable, the newest change of each page. Bitmaps in
+/// blocks of 4,096 pages, allocated where pages change: a commit records each page it takes
+/// or frees in a few instructions, and the writer folds a commit's changes into the ones it
+/// carries a word at a time ([`Changes::apply`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Changes {
+    blocks: BTreeMap<u64, Box<ChangeBlock>>,
+    len: usize,
+}
+
+#[derive(Clone, Debug)]
+struct ChangeBlock {
+    /// Pages with a change.
+    changed: [u64; CHANGE_BLOCK_WORDS],
+    /// Of those, the ones now unreachable.
+    unreachable: [u64; CHANGE_BLOCK_WORDS],
+}
+
+impl ChangeBlock {
+    fn new() -> Box<ChangeBlock> {
+        Box::new(ChangeBlock {
+            changed: [0; CHANGE_BLOCK_WORDS],
+            unreachable: [0; CHANGE_BLOCK_WORDS],
+        })
+    }
+}
+
+impl Changes {
+    /// Page `p` is now unreachable (free or pending) or not.
+    pub fn insert(&mut self, p: PageId, unreachable: bool) {
+        let b = self
+            .blocks
+            .entry(p / CHANGE_BLOCK_PAGES)
+            .or_insert_with(ChangeBlock::new);
+        let off = p % CHANGE_BLOCK_PAGES;
+        let (w, bit) = ((off / 64) as usize, 1u64 << (off % 64));
+        if b.changed[w] & bit == 0 {
+            b.changed[w] |= bit;
+            self.len += 1;
+        }
+        if unreachable {
+            b.unreachable[w] |= bit;
+        } else {
+            b.unreachable[w] &= !bit;
+        }
+    }
+
+    /// Pages with a change.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn clear(&mut self) {
+        self.blocks.clear();
+        self.len = 0;
+    }
+
+    /// Every change, in page order.
+    pub fn iter(&self) -> impl Iterator<Item = (PageId, bool)> + '_ {
+        self.blocks.iter().flat_map(|(&b, block)| {
+            (0..CHANGE_BLOCK_WORDS).flat_map(move |w| {
+                let mut word = block.changed[w];
+                let base = b * CHANGE_BLOCK_PAGES + w as u64 * 64;
+                std::iter::from_fn(move || {
+                    if word == 0 {
+                        return None;
+                    }
+                    let bit = word.trailing_zeros();
+                    word &= word - 1;
+                    Some((base + u64::from(bit), block.unreachable[w] >> bit & 1 == 1))
+                })
+            })
+        })
+    }
+
+    /// Lay `newer` over these: its changes win.
+    pub fn apply(&mut self, newer: &Changes) {
+        for (&b, nb) in &newer.blocks {
+            let block = self.blocks.entry(b).or_insert_with(ChangeBlock::new);
+            for w in 0..CHANGE_BLOCK_WORDS {
+                let c = nb.changed[w];
+                if c == 0 {
+                    continue;
+                }
+                self.len += (c & !block.changed[w]).count_ones() as usize;
+                block.changed[w] |= c;
+                block.unreachable[w] = (block.unreachable[w] & !c) | (nb.unreachable[w] & c);
+            }
+        }
+    }
+}
+
 /// Decode a chunk key.
 pub fn chunk_index(key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(key.try_into().ok()?))
@@ -103,7 +203,7 @@ pub fn load(
     meta: &Meta,
     free: &mut FreeSpace,
     pinned_by: Option<crate::TxId>,
-) -> Result<BTreeMap<PageId, bool>> {
+) -> Result<Changes> {
     let checked = View {
         verify: true,
         ..*view
@@ -125,7 +225,7 @@ pub fn load(
         }
         other => other,
     })?;
-    let mut carried = BTreeMap::new();
+    let mut carried = Changes::default();
     let free_runs = if meta.freemap_behind {
         let unreached = reachable.gaps(2, meta.high_water);
         let n: u64 = unreached.iter().map(|&(_, n)| n).sum();
@@ -147,7 +247,9 @@ pub fn load(
                     ),
                 ));
             }
-            carried.extend((p..p + len).map(|q| (q, unreachable)));
+            for q in p..p + len {
+                carried.insert(q, unreachable);
+            }
         }
         unreached
     } else {
@@ -225,7 +327,7 @@ impl Txn {
             // By chunk (the changes are in page order, so a chunk's are adjacent); the hot
             // chunks first, so the nodes that hold them are the first the free map copies and
             // take the slots next to the hot run.
-            let changes: Vec<(PageId, bool)> = changes.into_iter().collect();
+            let changes: Vec<(PageId, bool)> = changes.iter().collect();
             let mut groups: Vec<(u64, usize, usize)> = Vec::new();
             for (i, &(p, _)) in changes.iter().enumerate() {
                 let idx = p / CHUNK_PAGES;
@@ -277,6 +379,44 @@ impl Txn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changes_keep_the_newest_change_of_each_page_in_page_order() {
+        let mut seed = 0x6a09_e667_f3bc_c908u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..300 {
+            let span = 1 + next(20_000);
+            let (mut older, mut newer) = (Changes::default(), Changes::default());
+            let (mut m_older, mut m_newer) = (BTreeMap::new(), BTreeMap::new());
+            for _ in 0..next(400) {
+                let (p, v) = (next(span), next(2) == 1);
+                older.insert(p, v);
+                m_older.insert(p, v);
+            }
+            for _ in 0..next(400) {
+                let (p, v) = (next(span), next(2) == 1);
+                newer.insert(p, v);
+                m_newer.insert(p, v);
+            }
+            assert_eq!(
+                older.iter().collect::<Vec<_>>(),
+                m_older.clone().into_iter().collect::<Vec<_>>()
+            );
+            assert_eq!(older.len(), m_older.len());
+            older.apply(&newer);
+            m_older.extend(m_newer);
+            assert_eq!(
+                older.iter().collect::<Vec<_>>(),
+                m_older.into_iter().collect::<Vec<_>>()
+            );
+            assert_eq!(older.len(), older.iter().count());
+        }
+    }
 
     #[test]
     fn differences_are_the_pages_one_list_holds_and_the_other_does_not() {

@@ -6,7 +6,7 @@
 //! write the meta / fdatasync; finally publish the new snapshot to readers.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -99,7 +99,7 @@ pub(crate) struct Txn {
     pub(crate) names: HashMap<String, TreeIdx>,
     pub(crate) undo: Vec<Undo>,
     /// Free-map bits to persist: page -> unreachable.
-    pub(crate) freemap_changes: BTreeMap<PageId, bool>,
+    pub(crate) freemap_changes: crate::freemap::Changes,
     pub(crate) durability: Durability,
     /// In-place compaction: allocate the lowest free pages whatever the policy prefers, and
     /// give back any free tail of the file however short.
@@ -227,7 +227,7 @@ impl Txn {
             ],
             names: HashMap::new(),
             undo: Vec::new(),
-            freemap_changes: BTreeMap::new(),
+            freemap_changes: Default::default(),
             durability: shared.opts.durability,
             compacting: false,
             provisional: 0,
@@ -509,8 +509,10 @@ impl Txn {
         }
         if self.saves_free_map {
             // What earlier commits left: this transaction's own changes are newer.
-            for (&p, &unreachable) in &self.writer.freemap_carried {
-                self.freemap_changes.entry(p).or_insert(unreachable);
+            if !self.writer.freemap_carried.is_empty() {
+                let mut all = self.writer.freemap_carried.clone();
+                all.apply(&self.freemap_changes);
+                self.freemap_changes = all;
             }
             self.save_free_map()?;
         }
@@ -567,7 +569,7 @@ impl Txn {
             self.writer.freemap_carried.clear();
         } else {
             let own = std::mem::take(&mut self.freemap_changes);
-            self.writer.freemap_carried.extend(own);
+            self.writer.freemap_carried.apply(&own);
         }
         self.db.publish(meta);
         Ok(deferred)
@@ -794,7 +796,7 @@ struct Saved {
     undo_len: usize,
     held_len: usize,
     high_water: PageId,
-    freemap_changes: BTreeMap<PageId, bool>,
+    freemap_changes: crate::freemap::Changes,
 }
 
 impl<'db> WriteTx<'db> {
