@@ -1827,3 +1827,40 @@ fn readers_clear_stale_frees_the_slot_of_a_killed_reader() {
         .starts_with("cleared 0 stale reader slot(s)\n"));
     drop(db);
 }
+
+#[test]
+fn check_and_page_say_when_the_free_map_is_behind_an_async_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("behind.larch");
+    let mut input = String::new();
+    for i in 0..300 {
+        input.push_str(&format!(
+            "{}\t{}\n",
+            hex(format!("k{i:04}").as_bytes()),
+            hex(b"v")
+        ));
+    }
+    // Sync commits: every meta saves the free map.
+    let r = run_with(&["load", s(&f), "--batch", "50"], input.as_bytes());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let c = ok(&["check", s(&f)]);
+    assert!(c.stdout.contains("marked free"), "{}", c.stdout);
+    // Async commits, made durable at close: the newest meta's free map is behind.
+    let r = run_with(
+        &["load", s(&f), "--batch", "50", "--durability", "async"],
+        input.as_bytes(),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let c = ok(&["check", s(&f)]);
+    assert!(
+        c.stdout
+            .contains("found by the walk: the free map is behind"),
+        "{}",
+        c.stdout
+    );
+    let info = ok(&["info", s(&f), "--json"]);
+    let txid = parse_json(&info).field("txid").as_u64().unwrap();
+    let slot = (txid % 2).to_string();
+    let p = ok(&["page", s(&f), &slot]);
+    assert!(p.stdout.contains("freemap_behind: yes"), "{}", p.stdout);
+}

@@ -42,6 +42,9 @@ pub struct CheckReport {
     /// Pages the file records as unreachable: free, or kept for a reader or for the last
     /// durable commit.
     pub unreachable_pages: u64,
+    /// The commit's free map is behind it (an Async commit's: docs/format.md, "A free map
+    /// behind its meta"): `unreachable_pages` are the pages the walk did not reach.
+    pub freemap_behind: bool,
     /// Notes that are not damage to the checked commit (e.g. open fell back past a torn meta).
     pub notes: Vec<String>,
     /// Damage found; empty when the file is sound.
@@ -293,6 +296,7 @@ impl Db {
                 let unreached = walk.seen.gaps(2, meta.high_water);
                 let unreachable: u64 = unreached.iter().map(|&(_, n)| n).sum();
                 report.unreachable_pages = unreachable;
+                report.freemap_behind = true;
                 if meta.live_pages != reachable || meta.unreachable_pages != unreachable {
                     c.note(
                         None,

@@ -105,9 +105,14 @@ pub fn run(a: CheckArgs) -> CliResult {
             writeln!(out, "note: {n}")?;
         }
         if report.is_ok() {
+            let free = if report.freemap_behind {
+                "unreachable (found by the walk: the free map is behind this Async commit)"
+            } else {
+                "marked free"
+            };
             writeln!(
                 out,
-                "txid {}: {} reachable pages, {} marked free",
+                "txid {}: {} reachable pages, {} {free}",
                 report.txid, report.reachable_pages, report.unreachable_pages
             )?;
         }
