@@ -13,6 +13,12 @@ use crate::{PageId, TxId};
 /// length), once per open file, when the free set has no run for it (`Txn::gather_hot_pages`).
 const HOT_RUN_GROWTH_MAX: u64 = 8;
 
+/// A commit whose dirty nodes need more pages than this past its hot and warm ones takes
+/// them from runs of at least `LONG_RUN_MIN` pages and the end of the file, not from every
+/// short hole (`Txn::gather_hot_pages`).
+const BIG_COMMIT_PAGES: u64 = 4096;
+const LONG_RUN_MIN: u64 = 16;
+
 /// The first provisional page id (`Txn::alloc_node`): far past any page a file can have
 /// (`larch_pager` refuses files past 16 TiB), so none is ever mistaken for a real page.
 pub(crate) const PROVISIONAL: PageId = 1 << 62;
@@ -278,8 +284,15 @@ impl Txn {
         // The nodes copied from pages the last commit wrote: lowest runs first (the next
         // commit frees most of them again, so their runs come back mostly whole).
         let warm_runs = take_pages(&mut **policy, undo, hw, warm, Take::LowRuns);
-        // The rest one page at a time, lowest first, as they were allocated.
-        let cold_runs = take_pages(&mut **policy, undo, hw, cold, Take::Singles);
+        // The rest one page at a time, lowest first, as they were allocated; in a commit of
+        // more than `BIG_COMMIT_PAGES` of them, only runs of `LONG_RUN_MIN` pages or more,
+        // then the end of the file: filling every short hole would cost a write call each.
+        let how = if cold > BIG_COMMIT_PAGES {
+            Take::LongRuns
+        } else {
+            Take::Singles
+        };
+        let cold_runs = take_pages(&mut **policy, undo, hw, cold, how);
         // Every old page is marked free and every new one taken; a page in both stays taken.
         for &(_, _, p, _) in &order {
             if p < PROVISIONAL {
@@ -353,6 +366,9 @@ enum Take {
     LowRuns,
     /// One page at a time from [`larch_freelist::FreeSpacePolicy::allocate`].
     Singles,
+    /// [`larch_freelist::FreeSpacePolicy::allocate_long_runs`]: the lowest runs of
+    /// `LONG_RUN_MIN` pages or more, nothing shorter.
+    LongRuns,
 }
 
 /// `n` pages as runs `(start, len)`: from the reusable set as `how` says, logged in `undo`,
@@ -369,6 +385,7 @@ fn take_pages(
         Take::Runs => policy.allocate_runs(n, &mut runs),
         Take::LowRuns => policy.allocate_low_runs(n, &mut runs),
         Take::Singles => larch_freelist::policy::allocate_singles(policy, n, &mut runs),
+        Take::LongRuns => policy.allocate_long_runs(n, LONG_RUN_MIN, &mut runs),
     }
     .min(n);
     for &(p, len) in &runs {

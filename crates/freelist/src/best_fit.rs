@@ -50,6 +50,10 @@ impl FreeSpacePolicy for BestFitPolicy {
         self.set.take_low_runs(n, 2, out)
     }
 
+    fn allocate_long_runs(&mut self, n: u64, min_run: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        self.set.take_long_runs(n, min_run, out)
+    }
+
     fn hands_out_runs(&self) -> bool {
         true
     }

@@ -244,6 +244,14 @@ impl ExtentSet {
     /// extent, which is often the free tail of the file that would otherwise be given back.
     /// O(extents) for the scan.
     pub fn take_low_runs(&mut self, n: u64, min_run: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let got = self.take_long_runs(n, min_run, out);
+        got + self.take_singles(n - got, out)
+    }
+
+    /// Take up to `n` pages lowest first, in whole extents of `min_run` pages or more (the last
+    /// one only in part), and nothing from shorter extents; each `(start, len)` appended to
+    /// `out`. Returns the pages taken. O(extents) for the scan.
+    pub fn take_long_runs(&mut self, n: u64, min_run: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
         let mut left = n;
         let mut picked = Vec::new();
         for (&s, &l) in &self.by_start {
@@ -260,7 +268,6 @@ impl ExtentSet {
             self.take_front(s, l, k);
             out.push((s, k));
         }
-        left -= self.take_singles(left, out);
         n - left
     }
 
@@ -450,6 +457,23 @@ mod tests {
             assert_eq!(s.take_low_runs(5, 2, &mut out), 3);
             assert_eq!(out, vec![(2, 1), (4, 1), (40, 1)]);
             assert!(s.is_empty());
+        }
+    }
+
+    #[test]
+    fn take_long_runs_takes_only_extents_of_the_minimum_length_lowest_first() {
+        for mut s in [
+            set(&[(2, 1), (4, 15), (30, 16), (60, 3), (80, 40)]),
+            indexed(&[(2, 1), (4, 15), (30, 16), (60, 3), (80, 40)]),
+        ] {
+            let mut out = Vec::new();
+            assert_eq!(s.take_long_runs(20, 16, &mut out), 20);
+            assert_eq!(out, vec![(30, 16), (80, 4)]);
+            let mut out = Vec::new();
+            // Short of pages: what the long extents have, nothing from the short ones.
+            assert_eq!(s.take_long_runs(100, 16, &mut out), 36);
+            assert_eq!(out, vec![(84, 36)]);
+            assert_eq!(s.extents(), vec![(2, 1), (4, 15), (60, 3)]);
         }
     }
 

@@ -52,6 +52,15 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
         allocate_singles(self, n, out)
     }
 
+    /// Up to `n` pages in runs of `min_run` pages or more, lowest first, appended to `out`;
+    /// returns how many it gave (the caller appends the rest at the end of the file). For a
+    /// commit so large that filling every short hole would cost it a write call per hole
+    /// (`ExtentSet::take_long_runs` in FirstFit and BestFit); the default gives none.
+    fn allocate_long_runs(&mut self, n: u64, min_run: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        let _ = (n, min_run, out);
+        0
+    }
+
     /// Make pages start..start+n reusable (they must not already be in the set; debug_assert it).
     fn insert(&mut self, start: PageId, n: u64) {
         self.set_mut().insert(start, n);
