@@ -2542,3 +2542,114 @@ fn a_group_commit_follower_returns_while_the_next_writer_waits_for_it() {
         .recv_timeout(Duration::from_secs(10))
         .expect("deadlock: A's Sync commit (a group-commit follower) waits for B, which holds the writer lock waiting for A's commit to return");
 }
+
+/// An edit whose own storage call fails inside a transaction (its overflow run's write, or
+/// the file's growth for it), and the transaction goes on to commit (or aborts); then commits
+/// that reuse the pages the first one freed. The review's case is the first: a failed first
+/// append of a handle copies the tree's rightmost path (freeing the committed pages) before
+/// its value's write fails, nothing marks the tree changed, and the commit must still record
+/// the copied root, or the catalog keeps pages the next commits overwrite.
+#[test]
+fn every_cut_after_an_edit_failed_by_its_own_write_keeps_the_transaction_whole() {
+    let fault = |on: Call, nth: u32, short: bool, sticky: bool, retry: bool| {
+        Step::EditFault(EditFault {
+            on,
+            nth,
+            short,
+            sticky,
+            retry,
+        })
+    };
+    let big = |i: u64| (format!("zz-{i:08}").into_bytes(), val(i, 9_000));
+    let variants: Vec<(&str, Vec<Step>, usize)> = vec![
+        (
+            "failed first append, the tree untouched, goes on",
+            vec![
+                fault(Call::Write, 1, false, false, false),
+                Step::Append("e", vec![big(1)]),
+                Step::Put("f", key(1), val(1, 100)),
+                Step::Commit(Durability::Sync),
+            ],
+            1,
+        ),
+        (
+            "disk full growing the file for an append's later value, goes on",
+            vec![
+                fault(Call::SetLen, 1, false, true, false),
+                Step::Append(
+                    "e",
+                    vec![
+                        (b"zz-00000001".to_vec(), val(1, 50)),
+                        (b"zz-00000002".to_vec(), val(2, 600_000)),
+                        (b"zz-00000003".to_vec(), val(3, 50)),
+                    ],
+                ),
+                Step::Commit(Durability::Sync),
+            ],
+            1,
+        ),
+        (
+            "failed overflow insert, made again",
+            vec![
+                Step::Put("e", key(2), val(2, 300)),
+                fault(Call::Write, 1, false, false, true),
+                Step::Put("e", key(5), val(5, 9_000)),
+                Step::Commit(Durability::Sync),
+            ],
+            1,
+        ),
+        (
+            "short write of a pair's second value, rolled back",
+            vec![
+                Step::Savepoint,
+                Step::Put("e", key(3), val(3, 300)),
+                fault(Call::Write, 2, true, false, false),
+                Step::PutPair("e", "f", key(7), val(7, 9_000)),
+                Step::RollbackTo,
+                Step::Put("f", key(8), val(8, 300)),
+                Step::Commit(Durability::Sync),
+            ],
+            1,
+        ),
+        (
+            "failed first append, aborted, then committed again",
+            vec![
+                fault(Call::Write, 1, false, false, false),
+                Step::Append("e", vec![big(4)]),
+                Step::Abort,
+                Step::Append("e", vec![big(5)]),
+                Step::Commit(Durability::Sync),
+            ],
+            1,
+        ),
+    ];
+    let mut cases: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    for (label, faulted, faults) in variants {
+        let mut s = Vec::new();
+        for i in 0..300 {
+            s.push(Step::Put("e", key(i), val(i, 200)));
+        }
+        s.push(Step::Put("f", key(0), val(0, 100)));
+        s.push(Step::Commit(Durability::Sync));
+        s.extend(faulted);
+        // Reuse what the faulted commit freed, then edit the faulted tree again.
+        for round in 0..3u64 {
+            for i in 0..40 {
+                s.push(Step::Put("f", key(100 + i), val(round * 100 + i, 300)));
+            }
+            s.push(Step::Commit(Durability::Sync));
+        }
+        s.push(Step::Put("e", key(299), val(9, 200)));
+        s.push(Step::Commit(Durability::Sync));
+        let label = format!("edit fault: {label}");
+        cases.push((
+            label.clone(),
+            Box::new(move || {
+                let trace = run(&s, Options::default());
+                assert_eq!(trace.faults, faults, "{label}: the fault did not fire");
+                exhaustive(&label, &s, Options::default());
+            }),
+        ));
+    }
+    every_variant(cases);
+}
