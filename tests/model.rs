@@ -5,14 +5,24 @@
 //! also hands out runs, so the commit gathers the dirty nodes' pages: alloc.rs) and
 //! AppendPreferring (which does not) under pwrite with 4 KiB pages.
 //! `PROPTEST_CASES` raises the number of cases (default 64 per combination).
+//!
+//! A case with an `EditFault` op opens the file on the real storage of its write mode behind a
+//! wrapper that can fail the next write or resize: an edit whose own write fails (an overflow
+//! value's run, or the file's growth for it) must leave the transaction as it was, which then
+//! goes on, makes the edit again, rolls back to a savepoint or aborts.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io;
 use std::ops::Bound;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use larch::{
-    Db, Durability, Error, Options, Policy, ReadTree, ReadTx, Savepoint, WriteMode, WriteTx,
+    Db, Durability, Error, FileStorage, Options, Policy, ReadTree, ReadTx, Savepoint, Storage,
+    WriteMode, WriteTx,
 };
+use larch_testkit::recording::{open_rw, Call};
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 
@@ -184,6 +194,74 @@ enum Op {
     RollbackTo {
         which: u8,
     },
+    /// An edit of `tree` whose own storage call fails as `fault` says; the edit must change
+    /// nothing. The transaction then does what `then` says, and commits at once if `commit`.
+    /// `alone`: the open transaction commits first, so the edit is the first of its own.
+    EditFault {
+        alone: bool,
+        tree: usize,
+        edit: FaultedEdit,
+        fault: FaultKind,
+        then: Then,
+        commit: Option<Durability>,
+    },
+}
+
+/// The edit an [`Op::EditFault`] fails. Values are overflow runs (written at once); a fault
+/// on the file's growth makes them 530-570 KB, past the slack a file keeps, so it must grow.
+#[derive(Clone, Debug)]
+enum FaultedEdit {
+    /// `insert` of a `len`-byte value.
+    Insert { key: Key, len: u32 },
+    /// In one handle, `before` small appends, the faulted one of `len` bytes, `after` small
+    /// ones (keys as [`Op::Append`]'s). With `before` 0 the faulted append is the handle's
+    /// first: it copies the tree's rightmost path before the value's write fails.
+    Append { before: u16, after: u16, len: u32 },
+    /// Two trees open side by side, the same `len`-byte value into both; the fault in the
+    /// second's insert (after the first's went through) or the first's.
+    Pair {
+        other: usize,
+        key: Key,
+        len: u32,
+        second: bool,
+    },
+    /// A cursor's `put_current` of a `len`-byte value on the first entry at or after `from`.
+    CursorPut { from: Key, len: u32 },
+}
+
+/// How the faulted edit's call fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FaultKind {
+    /// The overflow run's write (EIO).
+    Write,
+    /// Its first half reaches the file, then ENOSPC.
+    ShortWrite,
+    /// The disk is full: every resize fails, the engine's second, smaller try too (ENOSPC).
+    DiskFull,
+    /// One resize fails; the engine's smaller retry goes through, and so does the edit.
+    OneResize,
+}
+
+impl FaultKind {
+    fn call(self) -> Call {
+        match self {
+            FaultKind::Write | FaultKind::ShortWrite => Call::Write,
+            FaultKind::DiskFull | FaultKind::OneResize => Call::SetLen,
+        }
+    }
+}
+
+/// What the transaction does after the faulted edit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Then {
+    /// Goes on without it.
+    GoOn,
+    /// Makes the edit again (nothing fails now).
+    Retry,
+    /// Rolls back to a savepoint taken before the edit.
+    Rollback,
+    /// Aborts (by `abort()`).
+    Abort,
 }
 
 fn alpha() -> impl Strategy<Value = u8> {
@@ -272,7 +350,78 @@ fn op() -> impl Strategy<Value = Op> {
             prop::bool::weighted(0.3),
         )
             .prop_map(|(tree, pad, (val, count), mix, refuse)| Op::Append { tree, pad, count, val, mix, refuse }),
+        2 => edit_fault(),
     ]
+}
+
+fn overflow_len() -> impl Strategy<Value = u32> {
+    6_000u32..40_000
+}
+
+fn faulted_edit() -> impl Strategy<Value = FaultedEdit> {
+    prop_oneof![
+        3 => (key(), overflow_len()).prop_map(|(key, len)| FaultedEdit::Insert { key, len }),
+        4 => (
+            prop_oneof![2 => Just(0u16), 1 => 1u16..40],
+            prop_oneof![1 => Just(0u16), 1 => 1u16..20],
+            overflow_len(),
+        )
+            .prop_map(|(before, after, len)| FaultedEdit::Append { before, after, len }),
+        2 => (0..TREES.len(), key(), overflow_len(), any::<bool>())
+            .prop_map(|(other, key, len, second)| FaultedEdit::Pair { other, key, len, second }),
+        1 => (key(), overflow_len()).prop_map(|(from, len)| FaultedEdit::CursorPut { from, len }),
+    ]
+}
+
+fn fault_kind() -> impl Strategy<Value = FaultKind> {
+    prop_oneof![
+        4 => Just(FaultKind::Write),
+        2 => Just(FaultKind::ShortWrite),
+        2 => Just(FaultKind::DiskFull),
+        1 => Just(FaultKind::OneResize),
+    ]
+}
+
+fn edit_fault() -> impl Strategy<Value = Op> {
+    let any_edit = (
+        prop::bool::weighted(0.3),
+        0..TREES.len(),
+        faulted_edit(),
+        fault_kind(),
+        prop_oneof![
+            Just(Then::GoOn),
+            Just(Then::Retry),
+            Just(Then::Rollback),
+            Just(Then::Abort),
+        ],
+        prop::option::of(durability()),
+    )
+        .prop_map(|(alone, tree, edit, fault, then, commit)| Op::EditFault {
+            alone,
+            tree,
+            edit,
+            fault,
+            then,
+            commit,
+        });
+    // The review's case: the first edit of a transaction is an append that copies the
+    // committed tree's rightmost path, then fails by its value's write; nothing else
+    // touches the tree, and the transaction commits.
+    let first_append = (0..TREES.len(), overflow_len(), fault_kind(), durability()).prop_map(
+        |(tree, len, fault, d)| Op::EditFault {
+            alone: true,
+            tree,
+            edit: FaultedEdit::Append {
+                before: 0,
+                after: 0,
+                len,
+            },
+            fault,
+            then: Then::GoOn,
+            commit: Some(d),
+        },
+    );
+    prop_oneof![2 => any_edit, 1 => first_append]
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -485,6 +634,397 @@ fn append_expect(
     Ok(())
 }
 
+// ---- edit faults --------------------------------------------------------------------------
+
+/// The real storage of the case's write mode, with the calls an armed [`FaultKind`] picks
+/// failing before they reach it (syncs never fail).
+#[derive(Debug)]
+struct Faulty {
+    inner: FileStorage,
+    plan: Arc<Plan>,
+}
+
+/// The fault armed around one edit, and what it did.
+#[derive(Debug, Default)]
+struct Plan(Mutex<Option<(FaultKind, u32)>>);
+
+impl Plan {
+    /// Run `f` with `kind` armed; its result, and whether the fault fired.
+    fn armed<R>(&self, kind: FaultKind, f: impl FnOnce() -> R) -> (R, bool) {
+        *self.0.lock().unwrap() = Some((kind, 0));
+        let r = f();
+        let (_, hits) = self.0.lock().unwrap().take().expect("armed");
+        count_edit_fault(if hits > 0 { kind as usize } else { MISSED });
+        (r, hits > 0)
+    }
+
+    /// Whether this call fails: the armed kind's first call of its kind, and every later one
+    /// when the disk is full. A short write is `Some(true)`.
+    fn fails(&self, call: Call) -> Option<bool> {
+        let mut p = self.0.lock().unwrap();
+        let (kind, hits) = p.as_mut()?;
+        if kind.call() != call || (*hits > 0 && *kind != FaultKind::DiskFull) {
+            return None;
+        }
+        *hits += 1;
+        Some(*kind == FaultKind::ShortWrite)
+    }
+}
+
+fn enospc() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
+}
+
+impl Faulty {
+    fn write(&self, offset: u64, bufs: &[&[u8]], deferred: bool) -> io::Result<()> {
+        let go = |bufs: &[&[u8]]| {
+            if deferred {
+                self.inner.write_deferred(offset, bufs)
+            } else {
+                self.inner.write_at(offset, bufs)
+            }
+        };
+        match self.plan.fails(Call::Write) {
+            None => go(bufs),
+            Some(false) => Err(io::Error::from_raw_os_error(libc::EIO)),
+            Some(true) => {
+                let data = bufs.concat();
+                go(&[&data[..data.len() / 2]])?;
+                Err(enospc())
+            }
+        }
+    }
+}
+
+impl Storage for Faulty {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        match self.plan.fails(Call::SetLen) {
+            Some(_) => Err(enospc()),
+            None => self.inner.set_len(len),
+        }
+    }
+
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.write(offset, bufs, false)
+    }
+
+    fn write_deferred(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.write(offset, bufs, true)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+
+    fn flush_handle(&self) -> Option<std::fs::File> {
+        self.inner.flush_handle()
+    }
+
+    fn file(&self) -> &std::fs::File {
+        self.inner.file()
+    }
+}
+
+/// Open the case's file: by `Db::open`, or, for a case with edit faults (`plan`), on the real
+/// storage of its write mode behind [`Faulty`] (attached to the lock file as `Db::open` is).
+fn open(path: &Path, opts: Options, plan: Option<&Arc<Plan>>) -> larch::Result<Db> {
+    let Some(plan) = plan else {
+        return Db::open(path, opts);
+    };
+    if !path.exists() {
+        drop(Db::open(path, opts)?);
+    }
+    let plan = plan.clone();
+    Db::open_with_storage_as_process(
+        path,
+        move |p| {
+            Box::new(Faulty {
+                inner: FileStorage::new(open_rw(p), opts.get_write_mode()),
+                plan,
+            })
+        },
+        opts,
+    )
+}
+
+/// Counters of [`EDIT_FAULTS`]: fired by [`FaultKind`] (0-3), armed and not fired, failed
+/// edits by what followed ([`Then`], 6-9), failed first appends into a tree the transaction
+/// had not changed, the transaction then committed at once.
+const MISSED: usize = 4;
+const THEN: usize = 5;
+const LONE: usize = 9;
+
+thread_local! {
+    /// What the edit faults of this thread's cases did (see [`MISSED`]).
+    static EDIT_FAULTS: std::cell::Cell<[u64; 10]> = const { std::cell::Cell::new([0; 10]) };
+}
+
+fn count_edit_fault(i: usize) {
+    EDIT_FAULTS.with(|c| {
+        let mut v = c.get();
+        v[i] += 1;
+        c.set(v);
+    });
+}
+
+/// After an edit failed by its fault: the error is the system's, and the tree is as the model
+/// has it.
+fn failed_edit_changed_nothing(
+    e: &Error,
+    kind: FaultKind,
+    t: &larch::WriteTree<'_>,
+    m: &Tree,
+    at: &str,
+) -> Result<(), TestCaseError> {
+    let disk_full = kind != FaultKind::Write;
+    prop_assert!(
+        matches!(e, Error::Io { .. }) && e.is_disk_full() == disk_full,
+        "{}: the edit failed by {:?} with {}",
+        at,
+        kind,
+        e
+    );
+    prop_assert_eq!(
+        t.len().ck(at)?,
+        m.len() as u64,
+        "{}: len after a failed edit",
+        at
+    );
+    same_entries(
+        &collect(t.iter().ck(at)?, at)?,
+        &model_entries(m.iter()),
+        &format!("{at}: after a failed edit"),
+    )
+}
+
+/// An edit of `t` (model `m`) run with `kind` armed: true if it took effect; false if it
+/// failed by the fault (having changed nothing). An error for any other outcome.
+fn faulted(
+    plan: &Plan,
+    kind: FaultKind,
+    t: &mut larch::WriteTree<'_>,
+    m: &Tree,
+    at: &str,
+    op: impl FnOnce(&mut larch::WriteTree<'_>) -> larch::Result<()>,
+) -> Result<bool, TestCaseError> {
+    let (r, fired) = plan.armed(kind, || op(t));
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if fired => {
+            failed_edit_changed_nothing(&e, kind, t, m, at)?;
+            Ok(false)
+        }
+        Err(e) => Err(TestCaseError::fail(format!(
+            "{at}: the edit failed without the fault firing: {e}"
+        ))),
+    }
+}
+
+/// Run an [`Op::EditFault`]'s edit in `tx` (the model's working state `work`); whether an
+/// edit failed by the fault (made again if `retry`), and whether that was a handle's first
+/// append, not made again.
+fn run_faulted_edit(
+    tx: &WriteTx<'_>,
+    work: &mut Model,
+    plan: &Plan,
+    (tree, edit, kind, retry): (usize, &FaultedEdit, FaultKind, bool),
+    max_key: usize,
+    append_next: &mut u32,
+    at: &str,
+) -> Result<(bool, bool), TestCaseError> {
+    let name = TREES[tree];
+    // A fault on the file's growth comes with a value longer than the slack a file keeps.
+    let long = |len: u32| match kind {
+        FaultKind::DiskFull | FaultKind::OneResize => 530_000 + len % 40_000,
+        _ => len,
+    };
+    let value = |len: u32| {
+        Val {
+            byte: len as u8,
+            len: long(len),
+        }
+        .bytes()
+    };
+    match edit {
+        FaultedEdit::Insert { key, len } => {
+            let (k, v) = (key.bytes(max_key), value(*len));
+            let m = work.entry(name.to_string()).or_default();
+            let mut t = tx.open_tree(name).ck(at)?;
+            let ok = faulted(plan, kind, &mut t, m, at, |t| t.insert(&k, &v))?;
+            if ok || retry {
+                if !ok {
+                    t.insert(&k, &v).ck(at)?;
+                }
+                m.insert(k.clone(), v.clone());
+                prop_assert!(
+                    t.get(&k).ck(at)? == Some(&v[..]),
+                    "{}: insert read back",
+                    at
+                );
+            }
+            Ok((!ok, false))
+        }
+        FaultedEdit::Append { before, after, len } => {
+            let m = work.entry(name.to_string()).or_default();
+            let mut t = tx.open_tree(name).ck(at)?;
+            let mut next_key = || {
+                let mut k = vec![0xff; 3];
+                k.extend_from_slice(format!("{:06}", *append_next).as_bytes());
+                *append_next += 1;
+                k
+            };
+            for j in 0..*before {
+                append_expect(&mut t, m, &next_key(), &[j as u8; 40], at)?;
+            }
+            let (k, v) = (next_key(), value(*len));
+            let mut failed = false;
+            if m.keys().next_back().is_none_or(|l| k > *l) {
+                let ok = faulted(plan, kind, &mut t, m, at, |t| t.append(&k, &v))?;
+                if !ok && retry {
+                    t.append(&k, &v).ck(at)?;
+                }
+                if ok || retry {
+                    m.insert(k.clone(), v.clone());
+                }
+                failed = !ok;
+            } else {
+                // Refused before anything is written: nothing to fail.
+                append_expect(&mut t, m, &k, &v, at)?;
+            }
+            for j in 0..*after {
+                append_expect(&mut t, m, &next_key(), &[j as u8; 40], at)?;
+            }
+            prop_assert_eq!(t.len().ck(at)?, m.len() as u64, "{}: len", at);
+            let last = t.last().ck(at)?.map(|(k, _)| k.to_vec());
+            prop_assert_eq!(last, m.keys().next_back().cloned(), "{}: last", at);
+            Ok((failed, failed && !retry && *before == 0))
+        }
+        FaultedEdit::Pair {
+            other,
+            key,
+            len,
+            second,
+        } => {
+            let (k, v) = (key.bytes(max_key), value(*len));
+            let (a, b) = (TREES[tree], TREES[*other]);
+            if a == b {
+                let insert = FaultedEdit::Insert {
+                    key: key.clone(),
+                    len: *len,
+                };
+                return run_faulted_edit(
+                    tx,
+                    work,
+                    plan,
+                    (tree, &insert, kind, retry),
+                    max_key,
+                    append_next,
+                    at,
+                );
+            }
+            let mut ta = tx.open_tree(a).ck(at)?;
+            let mut tb = tx.open_tree(b).ck(at)?;
+            let mut failed = false;
+            for (name, t, faulty) in [(a, &mut ta, !second), (b, &mut tb, *second)] {
+                let m = work.entry(name.to_string()).or_default();
+                if faulty {
+                    let ok = faulted(plan, kind, t, m, at, |t| t.insert(&k, &v))?;
+                    if !ok && retry {
+                        t.insert(&k, &v).ck(at)?;
+                    }
+                    failed = !ok;
+                    if failed && !retry {
+                        continue;
+                    }
+                } else {
+                    t.insert(&k, &v).ck(at)?;
+                }
+                m.insert(k.clone(), v.clone());
+            }
+            let (ga, gb) = (ta.get(&k).ck(at)?, tb.get(&k).ck(at)?);
+            let (ma, mb) = (&work[a], &work[b]);
+            prop_assert!(
+                ga == ma.get(&k).map(|v| &v[..]) && gb == mb.get(&k).map(|v| &v[..]),
+                "{}: side by side reads",
+                at
+            );
+            Ok((failed, false))
+        }
+        FaultedEdit::CursorPut { from, len } => {
+            let (from, v) = (from.bytes(max_key), value(*len));
+            let m = work.entry(name.to_string()).or_default();
+            let mut t = tx.open_tree(name).ck(at)?;
+            let Some((target, old)) = m
+                .range(from.clone()..)
+                .next()
+                .map(|(k, v)| (k.clone(), v.clone()))
+            else {
+                return Ok((false, false));
+            };
+            let mut c = t.cursor();
+            let got = c.seek(&from).ck(at)?.map(|(k, _)| k.to_vec());
+            prop_assert_eq!(got.as_ref(), Some(&target), "{}: seek", at);
+            let (r, fired) = plan.armed(kind, || c.put_current(&v));
+            let ok = match r {
+                Ok(()) => true,
+                Err(e) if fired => {
+                    let now = c.current().ck(at)?.map(|(k, v)| (k.to_vec(), v.to_vec()));
+                    prop_assert!(
+                        now == Some((target.clone(), old.clone())),
+                        "{}: the cursor's entry after a failed put",
+                        at
+                    );
+                    drop(c);
+                    failed_edit_changed_nothing(&e, kind, &t, m, at)?;
+                    c = t.cursor();
+                    c.seek(&from).ck(at)?;
+                    false
+                }
+                Err(e) => {
+                    return Err(TestCaseError::fail(format!(
+                        "{at}: put_current failed without the fault firing: {e}"
+                    )))
+                }
+            };
+            if !ok && retry {
+                c.put_current(&v).ck(at)?;
+            }
+            if ok || retry {
+                m.insert(target.clone(), v.clone());
+                let now = c.current().ck(at)?.map(|(_, v)| v.to_vec());
+                prop_assert!(now == Some(v), "{}: current after put", at);
+            }
+            Ok((!ok, false))
+        }
+    }
+}
+
+/// Commit `t` with `d`: the model's working state becomes the committed one, which the file
+/// (checked), a read transaction and every held snapshot must agree with.
+fn commit_and_verify(
+    db: &Db,
+    mut t: WriteTx<'_>,
+    d: Durability,
+    work: &Model,
+    committed: &mut Model,
+    snapshots: &[(ReadTx, Model)],
+    at: &str,
+) -> Result<(), TestCaseError> {
+    t.set_durability(d);
+    t.commit().ck(at)?;
+    *committed = work.clone();
+    db.check().ck(at)?;
+    verify_all(db, committed, at)?;
+    for (j, (rx, m)) in snapshots.iter().enumerate() {
+        verify_snapshot(rx, m, &format!("{at}: held snapshot {j}"))?;
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Config {
     policy: Policy,
@@ -519,8 +1059,10 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut append_next = [0u32; TREES.len()];
     let mut next = 0;
     let mut session = 0;
+    let plan =
+        (ops.iter().any(|o| matches!(o, Op::EditFault { .. }))).then(|| Arc::new(Plan::default()));
     loop {
-        let db = Db::open(&path, opts).ck(format!("open (session {session})"))?;
+        let db = open(&path, opts, plan.as_ref()).ck(format!("open (session {session})"))?;
         let ctx = format!("after reopen {session}");
         db.check().ck(&ctx)?;
         verify_all(&db, &committed, &ctx)?;
@@ -1018,6 +1560,72 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                         verify_snapshot(rx, m, &format!("{at}: held snapshot {j}"))?;
                     }
                 }
+                Op::EditFault {
+                    alone,
+                    tree,
+                    edit,
+                    fault,
+                    then,
+                    commit,
+                } => {
+                    let plan = plan.as_deref().expect("a case with edit faults has a plan");
+                    let name = TREES[*tree];
+                    if let (true, Some(mut t)) = (alone, tx.take()) {
+                        // Async, and checked with the commit after it: no more fdatasyncs and
+                        // checks than the case had.
+                        t.set_durability(Durability::Async);
+                        t.commit().ck(format!("{at}: the transaction before"))?;
+                        committed = work.clone();
+                    }
+                    // Nothing in this transaction changed the tree, which holds entries: a
+                    // failed first append copies its committed path and leaves it so.
+                    let untouched = committed.get(name).is_some_and(|m| !m.is_empty())
+                        && work.get(name) == committed.get(name);
+                    let t = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    if *then == Then::Rollback {
+                        savepoints.push((t.savepoint(), work.clone(), false));
+                    }
+                    let (failed, first_append) = run_faulted_edit(
+                        t,
+                        &mut work,
+                        plan,
+                        (*tree, edit, *fault, *then == Then::Retry),
+                        max_key,
+                        &mut append_next[*tree],
+                        &at,
+                    )?;
+                    if failed {
+                        count_edit_fault(THEN + *then as usize);
+                    }
+                    match then {
+                        Then::GoOn | Then::Retry => {}
+                        Then::Rollback => {
+                            let (sp, state, _) = savepoints.last().expect("just taken");
+                            t.rollback_to(sp).ck(&at)?;
+                            work = state.clone();
+                            for (name, m) in &work {
+                                let wt = t.open_tree(name).ck(&at)?;
+                                same_entries(
+                                    &collect(wt.iter().ck(&at)?, &at)?,
+                                    &model_entries(m.iter()),
+                                    &format!("{at}: tree {name:?} after rollback"),
+                                )?;
+                            }
+                        }
+                        Then::Abort => {
+                            tx.take().expect("open").abort();
+                            work = committed.clone();
+                            db.check().ck(&at)?;
+                            verify_all(&db, &committed, &at)?;
+                        }
+                    }
+                    if let (Some(d), Some(t)) = (commit, tx.take()) {
+                        commit_and_verify(&db, t, *d, &work, &mut committed, &snapshots, &at)?;
+                        if first_append && untouched && *then == Then::GoOn {
+                            count_edit_fault(LONE);
+                        }
+                    }
+                }
                 Op::Reopen => {
                     reopen = true;
                     break;
@@ -1050,7 +1658,7 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
             verify_all(&db, &committed, "at the end")?;
             tally(&db);
             drop(db);
-            let db = Db::open(&path, opts).ck("final reopen")?;
+            let db = open(&path, opts, plan.as_ref()).ck("final reopen")?;
             db.check().ck("after the final reopen")?;
             verify_all(&db, &committed, "after the final reopen")?;
             return Ok(());
@@ -1089,11 +1697,41 @@ fn cases() -> u32 {
 }
 
 /// Run `cases` (a proptest body) and require that, over the cases that ran, overfull leaves
-/// took each of the ways to share entries before splitting (redistribute.rs): the strategy
-/// reaches them under this configuration.
+/// took each of the ways to share entries before splitting (redistribute.rs), and edits
+/// failed by each kind of fault and went on each way: the strategy reaches them under this
+/// configuration.
 fn with_leaf_overflows(name: &str, cases: impl FnOnce()) {
     LEAF_OVERFLOWS.with(|c| c.set([0; 3]));
+    EDIT_FAULTS.with(|c| c.set([0; 10]));
     cases();
+    let e = EDIT_FAULTS.with(|c| c.get());
+    eprintln!(
+        "{name}: edit faults fired {} (write {}, short write {}, disk full {}, one resize {}), \
+         armed and not reached {}; failed edits then went on {}, were made again {}, rolled \
+         back {}, aborted {}; failed first appends committed alone in their tree {}",
+        e[..4].iter().sum::<u64>(),
+        e[0],
+        e[1],
+        e[2],
+        e[3],
+        e[MISSED],
+        e[THEN],
+        e[THEN + 1],
+        e[THEN + 2],
+        e[THEN + 3],
+        e[LONE],
+    );
+    if self::cases() >= 32 {
+        assert!(
+            // Each a sum that 64 cases make 15 or more of: none is 0 by chance.
+            e[0] + e[1] > 0
+                && e[2] + e[3] > 0
+                && e[THEN] > 0
+                && e[THEN + 1] + e[THEN + 2] + e[THEN + 3] > 0
+                && e[LONE] > 0,
+            "{name}: the strategy no longer fails edits every way and goes on every way: {e:?}"
+        );
+    }
     let [dirty, clean, three] = LEAF_OVERFLOWS.with(|c| c.get());
     eprintln!("{name}: leaf shares with a dirty sibling {dirty}, a clean one {clean}, three from two {three}");
     if self::cases() >= 32 {
