@@ -1634,3 +1634,50 @@ fn a_flipped_free_map_bit_in_an_older_free_map_page_is_not_trusted_by_the_writer
         "older free-map page",
     );
 }
+
+/// A branch made to point at itself while the file is open (another program writing into it,
+/// or a bug that reused a reachable page): the open's walk cannot see it, and an insert, an
+/// append, a remove or a range removal that descends through it must fail with `Corrupt`, not
+/// recurse until the stack overflows.
+#[test]
+fn a_cycle_made_while_the_file_is_open_fails_the_edit_not_the_process() {
+    use std::os::unix::fs::FileExt;
+    let f = fixture();
+    let branch = f.first(Kind::DataBranch).id;
+    let n = PageHeader::read(page(&f.image, branch)).unwrap().count as usize;
+    let looped = damaged(f, |img| {
+        for i in 0..n {
+            let c = cell(img, branch, i);
+            put_u64(img, c + BRANCH_CHILD, branch);
+        }
+        fix_crc(img, branch, 1);
+    });
+    for mode in 0..4 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("open.larch");
+        std::fs::write(&path, &f.image).unwrap();
+        let db = Db::open(&path, Options::default()).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let at = branch as usize * PS;
+        file.write_all_at(&looped[at..at + PS], at as u64).unwrap();
+        drop(file);
+        let mut corrupt = 0;
+        for name in f.states[&f.newest.txid].keys() {
+            let tx = db.begin_write().unwrap();
+            let mut t = tx.open_tree(name).unwrap();
+            let r = match mode {
+                0 => t.insert(b"alpha00450", b"v"),
+                1 => t.append(&[0xff; 40], b"v"),
+                2 => t.remove(b"alpha00450").map(|_| ()),
+                _ => t
+                    .remove_range(&b"alpha00100"[..]..&b"alpha00700"[..])
+                    .map(|_| ()),
+            };
+            if let Err(e) = r {
+                assert!(matches!(e, Error::Corrupt { .. }), "{name}: {e}");
+                corrupt += 1;
+            }
+        }
+        assert!(corrupt > 0, "no edit went through the looped branch");
+    }
+}

@@ -111,6 +111,10 @@ impl Txn {
         self.trees[t].root = Some(Child::Node(cur));
         tail.push(cur);
         while !self.nodes[cur].leaf {
+            if tail.len() > crate::view::MAX_DEPTH as usize {
+                tail.clear();
+                return Err(crate::mutate::too_deep(self.nodes[cur].page));
+            }
             let n = &self.nodes[cur];
             let Some(last) = n.children.len().checked_sub(1) else {
                 tail.clear();

@@ -138,7 +138,7 @@ impl Txn {
             }
         };
         self.trees[t].root = Some(Child::Node(root));
-        let (existed, split) = self.insert_at(root, key, val)?;
+        let (existed, split) = self.insert_at(root, key, val, 1)?;
         if let Some((sep, right)) = split {
             self.grow_root(t, root, sep, right);
         }
@@ -148,7 +148,10 @@ impl Txn {
         Ok(existed)
     }
 
-    fn insert_at(&mut self, id: NodeIdx, key: &[u8], val: Val<'_>) -> Result<Inserted> {
+    fn insert_at(&mut self, id: NodeIdx, key: &[u8], val: Val<'_>, level: u32) -> Result<Inserted> {
+        if level > MAX_DEPTH {
+            return Err(too_deep(self.nodes[id].page));
+        }
         let existed;
         // Did the new entry land at the end of this node? Then keys are likely arriving in
         // order, and a split should leave the left node full, not half full.
@@ -169,7 +172,7 @@ impl Txn {
                     self.leaf_overflow(id, i, c, end)?;
                 }
             } else {
-                let (e, split) = self.insert_at(c, key, val)?;
+                let (e, split) = self.insert_at(c, key, val, level + 1)?;
                 existed = e;
                 if let Some((sep, right)) = split {
                     self.node_mut(id)
@@ -315,7 +318,7 @@ impl Txn {
         };
         let root = self.touch(r, role)?;
         self.trees[t].root = Some(Child::Node(root));
-        let Some(split) = self.remove_at(root, key)? else {
+        let Some(split) = self.remove_at(root, key, 1)? else {
             return Ok(false);
         };
         self.trees[t].entries = self.trees[t].entries.saturating_sub(1);
@@ -367,7 +370,10 @@ impl Txn {
 
     /// Remove `key` below node `id`. None if it was not there; otherwise the split of `id`
     /// if rebalancing below made it overflow (a longer separator), as an insert would.
-    fn remove_at(&mut self, id: NodeIdx, key: &[u8]) -> Result<Option<Split>> {
+    fn remove_at(&mut self, id: NodeIdx, key: &[u8], level: u32) -> Result<Option<Split>> {
+        if level > MAX_DEPTH {
+            return Err(too_deep(self.nodes[id].page));
+        }
         if self.nodes[id].leaf {
             let n = self.node_mut(id);
             let Ok(i) = n.search(key) else {
@@ -382,7 +388,7 @@ impl Txn {
         let role = self.nodes[id].role;
         let c = self.touch(self.nodes[id].children[i], role)?;
         self.nodes[id].children[i] = Child::Node(c);
-        let Some(split) = self.remove_at(c, key)? else {
+        let Some(split) = self.remove_at(c, key, level + 1)? else {
             return Ok(None);
         };
         if let Some((sep, right)) = split {
@@ -521,4 +527,13 @@ impl Txn {
         }
         Ok(entries)
     }
+}
+
+/// A descent deeper than any tree larch builds: the pages form a cycle (a damaged file, or
+/// pages reused while reachable). An error, not a stack overflow.
+pub(crate) fn too_deep(page: crate::PageId) -> Error {
+    Error::corrupt(
+        page,
+        format!("a tree deeper than {MAX_DEPTH} levels (a cycle of pages?)"),
+    )
 }

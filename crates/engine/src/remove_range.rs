@@ -95,6 +95,11 @@ impl Txn {
         hi: Option<&[u8]>,
         level: u32,
     ) -> Result<(u64, Split)> {
+        if !self.nodes[id].leaf && level <= 1 {
+            // A branch where the tree's depth puts leaves: the pages form a cycle, or the
+            // depth is wrong. An error, not a descent without end.
+            return Err(crate::mutate::too_deep(self.nodes[id].page));
+        }
         if self.nodes[id].leaf {
             let (a, b) = span.in_leaf(&self.nodes[id]);
             for j in (a..b).rev() {
