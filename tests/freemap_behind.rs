@@ -299,7 +299,7 @@ fn an_async_commit_rewriting_every_leaf_leaves_the_map_behind_by_no_more_than_th
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bulk.larch");
     let opts = Options::default().page_size(PS);
-    let db = Db::open(&path, opts.clone()).unwrap();
+    let db = Db::open(&path, opts).unwrap();
     // About 36,000 leaves: three 1,200-byte values each.
     let n = 108_000u32;
     let fill = |db: &Db, byte: u8, d: Durability| {
@@ -332,7 +332,7 @@ fn an_async_commit_rewriting_every_leaf_leaves_the_map_behind_by_no_more_than_th
     std::fs::copy(&path, &copy).unwrap();
     drop(db);
     for p in [&copy, &path] {
-        let db = Db::open(p, opts.clone())
+        let db = Db::open(p, opts)
             .unwrap_or_else(|e| panic!("{}: behind {}: {e}", p.display(), m.freemap_behind));
         db.check().unwrap();
         let rx = db.begin_read().unwrap();
