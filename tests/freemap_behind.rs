@@ -415,3 +415,110 @@ fn group_commit_followers_and_async_writers_leave_whole_behind_metas() {
     assert_eq!(contents(&db), want);
     eprintln!("{copies} copies, {behind} behind");
 }
+
+/// The page `id` of the image with its checksum recomputed.
+fn fix_crc(img: &mut [u8], id: u64) {
+    let at = id as usize * PS;
+    let crc = larch::raw::run_checksum(&img[at..at + PS]);
+    img[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A behind meta makes every page the walk does not reach free, so the walk must reach all
+/// a reader can. Readers iterate a tree by the pages' own leaf and branch types, while the
+/// walk stops where a page's level disagrees with the tree's recorded depth: a catalog
+/// record that says depth 1 for a tree of depth 2 (its leaf's checksum recomputed), the
+/// flag set and the counter made to match the walk (a fuzzer finds it by comparison
+/// feedback) left every leaf of the tree free while the tree read whole, and the next
+/// commits overwrote it. Such a file must not open for writing, or must keep those pages.
+#[test]
+fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("depth.larch");
+    let db = Db::open(&path, Options::default().page_size(PS)).unwrap();
+    let mut model = BTreeMap::new();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..300u32 {
+            let v = vec![(i % 251) as u8; 100];
+            t.insert(&i.to_be_bytes(), &v).unwrap();
+            model.insert(i.to_be_bytes().to_vec(), v);
+        }
+    }
+    tx.commit().unwrap();
+    drop(db);
+    let m = newest(&path);
+    let mut img = std::fs::read(&path).unwrap();
+    // The catalog is one leaf; tree "t"'s record in it: root, entries, depth 2 -> 1.
+    assert_eq!(m.catalog.depth, 1);
+    let leaf = m.catalog.root as usize * PS;
+    let page = &img[leaf..leaf + PS];
+    let depth_at = (0..=PS - 24)
+        .find(|&i| {
+            let r = larch::raw::TreeRoot::decode(&page[i..i + 24]);
+            r.is_some_and(|r| r.entries == 300 && r.depth == 2 && r.root > 1)
+        })
+        .unwrap_or_else(|| panic!("tree t record not in the catalog leaf: {m:?} {:?}", &page[..200]))
+        + 16;
+    img[leaf + depth_at..leaf + depth_at + 4].copy_from_slice(&1u32.to_le_bytes());
+    fix_crc(&mut img, m.catalog.root);
+    let crafted = dir.path().join("crafted.larch");
+    let write_meta = |img: &mut Vec<u8>, unreachable: u64| {
+        let mut e = m;
+        e.freemap_behind = true;
+        e.unreachable_pages = unreachable;
+        e.live_pages = e.high_water - unreachable;
+        // No manifest: the catalog leaf it lists has another checksum now.
+        e.manifest_runs = 0;
+        e.manifest_crc = 0;
+        let at = (m.txid % 2) as usize * PS;
+        img[at..at + 128].copy_from_slice(&e.encode());
+        std::fs::write(&crafted, &*img).unwrap();
+    };
+    // The counter the walk wants, as the refusal names it.
+    write_meta(&mut img, m.unreachable_pages);
+    let want = match Db::open(&crafted, Options::default()) {
+        Err(Error::Corrupt { reason, .. }) if reason.contains("its trees leave") => reason
+            .split("its trees leave ")
+            .nth(1)
+            .and_then(|s| s.split(';').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap(),
+        other => panic!("{:?}", other.map(|_| ())),
+    };
+    assert!(want > m.unreachable_pages, "the walk leaves the leaves out");
+    write_meta(&mut img, want);
+    {
+        let ro = Db::open(&crafted, Options::default().read_only(true)).unwrap();
+        assert_eq!(contents(&ro), model, "a reader reads the tree whole");
+    }
+    let db = match Db::open(&crafted, Options::default()) {
+        // Refused for writing: nothing is overwritten.
+        Err(Error::Corrupt { .. }) => return,
+        Err(e) => panic!("{e}"),
+        Ok(db) => db,
+    };
+    assert_eq!(contents(&db), model);
+    for i in 0..10u32 {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut u = tx.open_tree("u").unwrap();
+            for j in 0..40u32 {
+                u.insert(&(i * 100 + j).to_be_bytes(), &[7u8; 300]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    let got: Result<BTreeMap<Vec<u8>, Vec<u8>>, _> = t
+        .iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect();
+    assert!(
+        got.as_ref().is_ok_and(|g| *g == model),
+        "tree t read whole before the commits and not after: a live page was overwritten ({:?})",
+        got.map(|g| g.len())
+    );
+}
