@@ -458,7 +458,12 @@ fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
             let r = larch::raw::TreeRoot::decode(&page[i..i + 24]);
             r.is_some_and(|r| r.entries == 300 && r.depth == 2 && r.root > 1)
         })
-        .unwrap_or_else(|| panic!("tree t record not in the catalog leaf: {m:?} {:?}", &page[..200]))
+        .unwrap_or_else(|| {
+            panic!(
+                "tree t record not in the catalog leaf: {m:?} {:?}",
+                &page[..200]
+            )
+        })
         + 16;
     img[leaf + depth_at..leaf + depth_at + 4].copy_from_slice(&1u32.to_le_bytes());
     fix_crc(&mut img, m.catalog.root);
@@ -484,6 +489,13 @@ fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
             .and_then(|s| s.split(';').next())
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap(),
+        // Refused for writing before the counter is looked at: nothing is overwritten.
+        Err(Error::Corrupt { reason, .. }) => {
+            assert!(!reason.contains("unreachable pages"), "{reason}");
+            let ro = Db::open(&crafted, Options::default().read_only(true)).unwrap();
+            assert_eq!(contents(&ro), model, "a reader reads the tree whole");
+            return;
+        }
         other => panic!("{:?}", other.map(|_| ())),
     };
     assert!(want > m.unreachable_pages, "the walk leaves the leaves out");

@@ -371,12 +371,25 @@ pub(crate) fn strip(e: &Error) -> String {
 #[derive(Default)]
 struct Reach<'a> {
     trees: Vec<(&'a [u8], TreeRoot)>,
+    /// Every problem is an error: the meta's free map is behind, so every page the walk
+    /// leaves is taken as free, and what it cannot follow may still be reached by a reader.
+    strict: bool,
 }
 
 impl<'a> Visitor<'a> for Reach<'a> {
     /// Damage that stops a walk stops readers too: what lies behind a page that does not parse,
-    /// or a pointer outside the file, is not reachable, so it is not followed.
-    fn problem(&mut self, _page: Option<PageId>, _what: String) -> Result<()> {
+    /// or a pointer outside the file, is not reachable, so it is not followed. That holds
+    /// where the free map says which pages are free (it does not mark what lies behind). A
+    /// behind meta's free pages are the walk's gaps, and readers follow some things the walk
+    /// does not (a cursor descends by each page's own type, not the recorded depth): there
+    /// any problem stops the read-write open.
+    fn problem(&mut self, page: Option<PageId>, what: String) -> Result<()> {
+        if self.strict {
+            return Err(Error::corrupt(
+                page.unwrap_or(0),
+                format!("{what} (the free map is behind, so the walk must be whole)"),
+            ));
+        }
         Ok(())
     }
 
@@ -411,7 +424,10 @@ impl<'a> Visitor<'a> for Reach<'a> {
 /// reached twice is an error.
 pub(crate) fn reachable_pages(view: &View<'_>, meta: &Meta) -> Result<PageSet> {
     let mut walk = Walk::new(*view, false);
-    let mut reach = Reach::default();
+    let mut reach = Reach {
+        strict: meta.freemap_behind,
+        ..Reach::default()
+    };
     walk.tree("(catalog)", &meta.catalog, PageRole::Catalog, &mut reach)?;
     walk.tree("(free map)", &meta.freemap, PageRole::FreeMap, &mut reach)?;
     for (name, root) in std::mem::take(&mut reach.trees) {
