@@ -423,17 +423,14 @@ fn fix_crc(img: &mut [u8], id: u64) {
     img[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// A behind meta makes every page the walk does not reach free, so the walk must reach all
-/// a reader can. Readers iterate a tree by the pages' own leaf and branch types, while the
-/// walk stops where a page's level disagrees with the tree's recorded depth: a catalog
-/// record that says depth 1 for a tree of depth 2 (its leaf's checksum recomputed), the
-/// flag set and the counter made to match the walk (a fuzzer finds it by comparison
-/// feedback) left every leaf of the tree free while the tree read whole, and the next
-/// commits overwrote it. Such a file must not open for writing, or must keep those pages.
-#[test]
-fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
+/// A file of tree "t" (300 keys, depth 2) and some free pages, closed with a current free
+/// map; `edit` changes its image (given the newest meta) so that the walk no longer reaches
+/// tree t's pages while a reader still reads it; then the newest meta is set behind with
+/// the unreachable counter the walk wants (a fuzzer finds it by comparison feedback). The
+/// file must not open for writing, or the writer must keep tree t's pages.
+fn crafted_behind_keeps_what_readers_reach(edit: impl FnOnce(&mut Vec<u8>, &Meta)) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("depth.larch");
+    let path = dir.path().join("base.larch");
     let db = Db::open(&path, Options::default().page_size(PS)).unwrap();
     let mut model = BTreeMap::new();
     let tx = db.begin_write().unwrap();
@@ -444,36 +441,25 @@ fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
             t.insert(&i.to_be_bytes(), &v).unwrap();
             model.insert(i.to_be_bytes().to_vec(), v);
         }
+        // Freed by the next commit: free pages for an edit to use.
+        t.insert(b"zz", &[9u8; 3 * PS]).unwrap();
     }
+    tx.commit().unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("t").unwrap().remove(b"zz").unwrap();
     tx.commit().unwrap();
     drop(db);
     let m = newest(&path);
+    assert!(!m.freemap_behind && m.unreachable_pages >= 3);
     let mut img = std::fs::read(&path).unwrap();
-    // The catalog is one leaf; tree "t"'s record in it: root, entries, depth 2 -> 1.
-    assert_eq!(m.catalog.depth, 1);
-    let leaf = m.catalog.root as usize * PS;
-    let page = &img[leaf..leaf + PS];
-    let depth_at = (0..=PS - 24)
-        .find(|&i| {
-            let r = larch::raw::TreeRoot::decode(&page[i..i + 24]);
-            r.is_some_and(|r| r.entries == 300 && r.depth == 2 && r.root > 1)
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "tree t record not in the catalog leaf: {m:?} {:?}",
-                &page[..200]
-            )
-        })
-        + 16;
-    img[leaf + depth_at..leaf + depth_at + 4].copy_from_slice(&1u32.to_le_bytes());
-    fix_crc(&mut img, m.catalog.root);
+    edit(&mut img, &m);
     let crafted = dir.path().join("crafted.larch");
     let write_meta = |img: &mut Vec<u8>, unreachable: u64| {
         let mut e = m;
         e.freemap_behind = true;
         e.unreachable_pages = unreachable;
         e.live_pages = e.high_water - unreachable;
-        // No manifest: the catalog leaf it lists has another checksum now.
+        // No manifest: pages it lists may have other checksums now.
         e.manifest_runs = 0;
         e.manifest_crc = 0;
         let at = (m.txid % 2) as usize * PS;
@@ -498,7 +484,6 @@ fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
         }
         other => panic!("{:?}", other.map(|_| ())),
     };
-    assert!(want > m.unreachable_pages, "the walk leaves the leaves out");
     write_meta(&mut img, want);
     {
         let ro = Db::open(&crafted, Options::default().read_only(true)).unwrap();
@@ -533,4 +518,61 @@ fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
         "tree t read whole before the commits and not after: a live page was overwritten ({:?})",
         got.map(|g| g.len())
     );
+}
+
+/// Where tree t's record lies in the catalog leaf of `m` (the offset of its 24 bytes).
+fn record_of_t(img: &[u8], m: &Meta) -> usize {
+    assert_eq!(m.catalog.depth, 1);
+    let leaf = m.catalog.root as usize * PS;
+    let page = &img[leaf..leaf + PS];
+    leaf + (0..=PS - 24)
+        .find(|&i| {
+            let r = larch::raw::TreeRoot::decode(&page[i..i + 24]);
+            r.is_some_and(|r| r.entries == 300 && r.depth == 2 && r.root > 1)
+        })
+        .expect("tree t's record in the catalog leaf")
+}
+
+/// A behind meta makes every page the walk does not reach free, so the walk must reach all
+/// a reader can. Readers iterate a tree by the pages' own leaf and branch types, while the
+/// walk stops where a page's level disagrees with the tree's recorded depth: a catalog
+/// record saying depth 1 for a tree of depth 2 (its leaf's checksum recomputed) left every
+/// leaf of the tree free while the tree read whole, and the next commits overwrote it.
+#[test]
+fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
+    crafted_behind_keeps_what_readers_reach(|img, m| {
+        let at = record_of_t(img, m);
+        img[at + 16..at + 20].copy_from_slice(&1u32.to_le_bytes());
+        fix_crc(img, m.catalog.root);
+    });
+}
+
+/// The same with tree t's record moved to an overflow page (a free one, its checksum
+/// right): `open_tree` reads a catalog value wherever it is, but the walk took only inline
+/// records as trees, so it walked none of tree t.
+#[test]
+fn a_crafted_behind_meta_walks_a_tree_whose_catalog_record_overflows() {
+    crafted_behind_keeps_what_readers_reach(|img, m| {
+        let at = record_of_t(img, m);
+        let record: [u8; 24] = img[at..at + 24].try_into().unwrap();
+        // A page free in `m`: the first of value zz's overflow run (tree t has no other).
+        let free = (2..m.high_water as usize)
+            .find(|&p| img[p * PS] == 3)
+            .unwrap();
+        let page = &mut img[free * PS..(free + 1) * PS];
+        page.fill(0);
+        page[0] = 3; // overflow
+        page[1] = 1; // catalog
+        page[8..16].copy_from_slice(&m.txid.to_le_bytes());
+        page[16..24].copy_from_slice(&24u64.to_le_bytes());
+        page[24..48].copy_from_slice(&record);
+        fix_crc(img, free as u64);
+        // The cell: klen u16 | flags u8 | 0 | vlen u32 | key | value; now flags 1 and the
+        // value's first 8 bytes the overflow page.
+        let cell = at - 1 - 8;
+        assert_eq!(&img[cell + 8..cell + 9], b"t");
+        img[cell + 2] = 1;
+        img[at..at + 8].copy_from_slice(&(free as u64).to_le_bytes());
+        fix_crc(img, m.catalog.root);
+    });
 }
