@@ -370,7 +370,8 @@ pub(crate) fn strip(e: &Error) -> String {
 /// writer could destroy live data.
 #[derive(Default)]
 struct Reach<'a> {
-    trees: Vec<(&'a [u8], TreeRoot)>,
+    /// Each catalog entry: the tree's name and its record's value, inline or not.
+    trees: Vec<(&'a [u8], ValRef<'a>)>,
     /// Every problem is an error: the meta's free map is behind, so every page the walk
     /// leaves is taken as free, and what it cannot follow may still be reached by a reader.
     strict: bool,
@@ -407,10 +408,8 @@ impl<'a> Visitor<'a> for Reach<'a> {
         val: Option<ValRef<'a>>,
     ) -> Result<()> {
         if role == PageRole::Catalog {
-            if let (Ok(name), Some(ValRef::Inline(v))) = (page.key(i), val) {
-                if let Some(root) = TreeRoot::decode(v) {
-                    self.trees.push((name, root));
-                }
+            if let (Ok(name), Some(v)) = (page.key(i), val) {
+                self.trees.push((name, v));
             }
         }
         Ok(())
@@ -430,9 +429,19 @@ pub(crate) fn reachable_pages(view: &View<'_>, meta: &Meta) -> Result<PageSet> {
     };
     walk.tree("(catalog)", &meta.catalog, PageRole::Catalog, &mut reach)?;
     walk.tree("(free map)", &meta.freemap, PageRole::FreeMap, &mut reach)?;
-    for (name, root) in std::mem::take(&mut reach.trees) {
+    for (name, value) in std::mem::take(&mut reach.trees) {
         let name = String::from_utf8_lossy(name);
-        walk.tree(&name, &root, PageRole::Data, &mut reach)?;
+        // A record wherever its value lies, as `ReadTx::open_tree` reads it (larch writes
+        // them inline, but a tree a reader opens must be walked).
+        match view.value(value).ok().and_then(TreeRoot::decode) {
+            Some(root) => {
+                walk.tree(&name, &root, PageRole::Data, &mut reach)?;
+            }
+            None => reach.problem(
+                Some(meta.catalog.root),
+                format!("catalog entry {name:?} is not a tree record"),
+            )?,
+        }
     }
     Ok(walk.seen)
 }
