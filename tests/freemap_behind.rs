@@ -288,3 +288,291 @@ fn a_behind_meta_takes_its_free_pages_from_the_walk_not_from_the_map() {
     commit(&db, Durability::Sync, &mut m3, 700);
     db.check().unwrap();
 }
+
+/// The cap is checked before the commit gives its dirty nodes their pages
+/// (`Txn::gather_hot_pages`), so the bits those pages change must count too: a bulk rewrite
+/// of every leaf in one Async commit frees N pages (counted) and takes N pages the saved map
+/// calls free (not counted), leaving the map behind by 2N. A close then writes that meta,
+/// and a file larch wrote and closed cleanly must open for writing again.
+#[test]
+fn an_async_commit_rewriting_every_leaf_leaves_the_map_behind_by_no_more_than_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bulk.larch");
+    let opts = Options::default().page_size(PS);
+    let db = Db::open(&path, opts).unwrap();
+    // About 36,000 leaves: three 1,200-byte values each.
+    let n = 108_000u32;
+    let fill = |db: &Db, byte: u8, d: Durability| {
+        let mut tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..n {
+                t.insert(&i.to_be_bytes(), &[byte; 1200]).unwrap();
+            }
+        }
+        tx.set_durability(d);
+        tx.commit().unwrap();
+    };
+    fill(&db, 1, Durability::Sync);
+    // Every leaf copied once, Sync: the saved free map marks the old ones free (reusable
+    // at the next transaction: the commit is durable and nobody reads).
+    fill(&db, 2, Durability::Sync);
+    // One small Async commit so the big one's meta would take the durable meta's slot and
+    // `max_unsynced_bytes` does not make the big one durable by itself.
+    let mut tx = db.begin_write().unwrap();
+    tx.open_tree("u").unwrap().insert(b"k", b"v").unwrap();
+    tx.set_durability(Durability::Async);
+    tx.commit().unwrap();
+    // Every leaf copied again, into the pages the saved map calls free.
+    fill(&db, 3, Durability::Async);
+    db.check().unwrap();
+    db.sync().unwrap();
+    let m = newest(&path);
+    let copy = dir.path().join("copy.larch");
+    std::fs::copy(&path, &copy).unwrap();
+    drop(db);
+    for p in [&copy, &path] {
+        let db = Db::open(p, opts)
+            .unwrap_or_else(|e| panic!("{}: behind {}: {e}", p.display(), m.freemap_behind));
+        db.check().unwrap();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_tree("t").unwrap();
+        assert_eq!(t.len().unwrap(), u64::from(n));
+        assert_eq!(
+            t.get(&7u32.to_be_bytes()).unwrap().unwrap(),
+            &[3u8; 1200][..]
+        );
+    }
+}
+
+/// Group commit: a follower's Sync commit is written like an Async one (no save, a behind
+/// meta) and made durable by a later sync, its own (`Db::sync`'s path) or the group's; Async
+/// writers and `Db::sync` calls from other threads write behind metas in between. Every copy
+/// taken after a sync opens read-write and checks clean, and so does the file.
+#[test]
+fn group_commit_followers_and_async_writers_leave_whole_behind_metas() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("group.larch");
+    let opts = Options::default().page_size(PS);
+    let db = Db::open(&path, opts).unwrap();
+    let threads: Vec<_> = (0..5u32)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..150u32 {
+                    let mut tx = db.begin_write().unwrap();
+                    {
+                        let mut tree = tx.open_tree("t").unwrap();
+                        let k = format!("{t}-{i:04}");
+                        tree.insert(k.as_bytes(), &vec![t as u8; 30 + (i % 7) as usize * 300])
+                            .unwrap();
+                        if i % 5 == 4 {
+                            tree.remove(format!("{t}-{:04}", i - 2).as_bytes()).unwrap();
+                        }
+                    }
+                    tx.set_durability(if t == 4 {
+                        Durability::Async
+                    } else {
+                        Durability::Sync
+                    });
+                    tx.commit().unwrap();
+                    if t == 4 && i % 10 == 0 {
+                        db.sync().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut copies = 0;
+    let mut behind = 0;
+    while threads.iter().any(|t| !t.is_finished()) {
+        db.sync().unwrap();
+        // No transaction writes a page while this one is open (a follower's sync may still
+        // write a meta, as before a power cut), so the copy is an image a disk can hold.
+        let hold = db.begin_write().unwrap();
+        let copy = dir.path().join(format!("copy{copies}.larch"));
+        std::fs::copy(&path, &copy).unwrap();
+        hold.abort();
+        behind += usize::from(newest(&copy).freemap_behind);
+        let c = Db::open(&copy, opts).unwrap();
+        c.check().unwrap();
+        let mut m = BTreeMap::new();
+        commit(&c, Durability::Sync, &mut m, copies);
+        c.check().unwrap();
+        drop(c);
+        std::fs::remove_file(&copy).unwrap();
+        copies += 1;
+        db.check().unwrap();
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    db.check().unwrap();
+    let want = contents(&db);
+    drop(db);
+    let db = Db::open(&path, opts).unwrap();
+    db.check().unwrap();
+    assert_eq!(contents(&db), want);
+    eprintln!("{copies} copies, {behind} behind");
+}
+
+/// The page `id` of the image with its checksum recomputed.
+fn fix_crc(img: &mut [u8], id: u64) {
+    let at = id as usize * PS;
+    let crc = larch::raw::run_checksum(&img[at..at + PS]);
+    img[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A file of tree "t" (300 keys, depth 2) and some free pages, closed with a current free
+/// map; `edit` changes its image (given the newest meta) so that the walk no longer reaches
+/// tree t's pages while a reader still reads it; then the newest meta is set behind with
+/// the unreachable counter the walk wants (a fuzzer finds it by comparison feedback). The
+/// file must not open for writing, or the writer must keep tree t's pages.
+fn crafted_behind_keeps_what_readers_reach(edit: impl FnOnce(&mut Vec<u8>, &Meta)) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("base.larch");
+    let db = Db::open(&path, Options::default().page_size(PS)).unwrap();
+    let mut model = BTreeMap::new();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..300u32 {
+            let v = vec![(i % 251) as u8; 100];
+            t.insert(&i.to_be_bytes(), &v).unwrap();
+            model.insert(i.to_be_bytes().to_vec(), v);
+        }
+        // Freed by the next commit: free pages for an edit to use.
+        t.insert(b"zz", &[9u8; 3 * PS]).unwrap();
+    }
+    tx.commit().unwrap();
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("t").unwrap().remove(b"zz").unwrap();
+    tx.commit().unwrap();
+    drop(db);
+    let m = newest(&path);
+    assert!(!m.freemap_behind && m.unreachable_pages >= 3);
+    let mut img = std::fs::read(&path).unwrap();
+    edit(&mut img, &m);
+    let crafted = dir.path().join("crafted.larch");
+    let write_meta = |img: &mut Vec<u8>, unreachable: u64| {
+        let mut e = m;
+        e.freemap_behind = true;
+        e.unreachable_pages = unreachable;
+        e.live_pages = e.high_water - unreachable;
+        // No manifest: pages it lists may have other checksums now.
+        e.manifest_runs = 0;
+        e.manifest_crc = 0;
+        let at = (m.txid % 2) as usize * PS;
+        img[at..at + 128].copy_from_slice(&e.encode());
+        std::fs::write(&crafted, &*img).unwrap();
+    };
+    // The counter the walk wants, as the refusal names it.
+    write_meta(&mut img, m.unreachable_pages);
+    let want = match Db::open(&crafted, Options::default()) {
+        Err(Error::Corrupt { reason, .. }) if reason.contains("its trees leave") => reason
+            .split("its trees leave ")
+            .nth(1)
+            .and_then(|s| s.split(';').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap(),
+        // Refused for writing before the counter is looked at: nothing is overwritten.
+        Err(Error::Corrupt { reason, .. }) => {
+            assert!(!reason.contains("unreachable pages"), "{reason}");
+            let ro = Db::open(&crafted, Options::default().read_only(true)).unwrap();
+            assert_eq!(contents(&ro), model, "a reader reads the tree whole");
+            return;
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    };
+    write_meta(&mut img, want);
+    {
+        let ro = Db::open(&crafted, Options::default().read_only(true)).unwrap();
+        assert_eq!(contents(&ro), model, "a reader reads the tree whole");
+    }
+    let db = match Db::open(&crafted, Options::default()) {
+        // Refused for writing: nothing is overwritten.
+        Err(Error::Corrupt { .. }) => return,
+        Err(e) => panic!("{e}"),
+        Ok(db) => db,
+    };
+    assert_eq!(contents(&db), model);
+    for i in 0..10u32 {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut u = tx.open_tree("u").unwrap();
+            for j in 0..40u32 {
+                u.insert(&(i * 100 + j).to_be_bytes(), &[7u8; 300]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_tree("t").unwrap();
+    let got: Result<BTreeMap<Vec<u8>, Vec<u8>>, _> = t
+        .iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect();
+    assert!(
+        got.as_ref().is_ok_and(|g| *g == model),
+        "tree t read whole before the commits and not after: a live page was overwritten ({:?})",
+        got.map(|g| g.len())
+    );
+}
+
+/// Where tree t's record lies in the catalog leaf of `m` (the offset of its 24 bytes).
+fn record_of_t(img: &[u8], m: &Meta) -> usize {
+    assert_eq!(m.catalog.depth, 1);
+    let leaf = m.catalog.root as usize * PS;
+    let page = &img[leaf..leaf + PS];
+    leaf + (0..=PS - 24)
+        .find(|&i| {
+            let r = larch::raw::TreeRoot::decode(&page[i..i + 24]);
+            r.is_some_and(|r| r.entries == 300 && r.depth == 2 && r.root > 1)
+        })
+        .expect("tree t's record in the catalog leaf")
+}
+
+/// A behind meta makes every page the walk does not reach free, so the walk must reach all
+/// a reader can. Readers iterate a tree by the pages' own leaf and branch types, while the
+/// walk stops where a page's level disagrees with the tree's recorded depth: a catalog
+/// record saying depth 1 for a tree of depth 2 (its leaf's checksum recomputed) left every
+/// leaf of the tree free while the tree read whole, and the next commits overwrote it.
+#[test]
+fn a_crafted_behind_meta_never_frees_pages_a_reader_reaches() {
+    crafted_behind_keeps_what_readers_reach(|img, m| {
+        let at = record_of_t(img, m);
+        img[at + 16..at + 20].copy_from_slice(&1u32.to_le_bytes());
+        fix_crc(img, m.catalog.root);
+    });
+}
+
+/// The same with tree t's record moved to an overflow page (a free one, its checksum
+/// right): `open_tree` reads a catalog value wherever it is, but the walk took only inline
+/// records as trees, so it walked none of tree t.
+#[test]
+fn a_crafted_behind_meta_walks_a_tree_whose_catalog_record_overflows() {
+    crafted_behind_keeps_what_readers_reach(|img, m| {
+        let at = record_of_t(img, m);
+        let record: [u8; 24] = img[at..at + 24].try_into().unwrap();
+        // A page free in `m`: the first of value zz's overflow run (tree t has no other).
+        let free = (2..m.high_water as usize)
+            .find(|&p| img[p * PS] == 3)
+            .unwrap();
+        let page = &mut img[free * PS..(free + 1) * PS];
+        page.fill(0);
+        page[0] = 3; // overflow
+        page[1] = 1; // catalog
+        page[8..16].copy_from_slice(&m.txid.to_le_bytes());
+        page[16..24].copy_from_slice(&24u64.to_le_bytes());
+        page[24..48].copy_from_slice(&record);
+        fix_crc(img, free as u64);
+        // The cell: klen u16 | flags u8 | 0 | vlen u32 | key | value; now flags 1 and the
+        // value's first 8 bytes the overflow page.
+        let cell = at - 1 - 8;
+        assert_eq!(&img[cell + 8..cell + 9], b"t");
+        img[cell + 2] = 1;
+        img[at..at + 8].copy_from_slice(&(free as u64).to_le_bytes());
+        fix_crc(img, m.catalog.root);
+    });
+}

@@ -147,9 +147,16 @@ pub fn walk(pf: &PageFile, meta: Meta) -> Layout {
             None => w.problem(format!("catalog entry {name:?} is not a tree root")),
         }
     }
-    w.free_bits(&freemap);
+    // A free map behind its meta records an earlier commit (docs/format.md, "A free map
+    // behind its meta"): its shape is checked, and the pages no tree reaches are the free
+    // ones, as open and `check` take them.
+    w.free_bits(&freemap, !meta.freemap_behind);
     for id in 2..hw {
-        if w.rows[id as usize].kind == Kind::Leaked {
+        if meta.freemap_behind && !w.claimed[id as usize] {
+            w.claimed[id as usize] = true;
+            w.rows[id as usize].kind = Kind::Free;
+            w.stale_header(id);
+        } else if w.rows[id as usize].kind == Kind::Leaked {
             w.stale_header(id);
             w.problem(format!(
                 "page {id}: neither reachable nor marked free (leaked)"
@@ -330,8 +337,8 @@ impl Walker<'_> {
         }
     }
 
-    /// Mark the pages the free map's chunks say are unreachable.
-    fn free_bits(&mut self, chunks: &[(Vec<u8>, Vec<u8>)]) {
+    /// Check the free map's chunks, and with `mark`, record the pages they mark as free.
+    fn free_bits(&mut self, chunks: &[(Vec<u8>, Vec<u8>)], mark: bool) {
         for (key, bits) in chunks {
             let Some(idx) = <[u8; 8]>::try_from(key.as_slice())
                 .ok()
@@ -360,6 +367,7 @@ impl Walker<'_> {
                             "free map marks page {p}, outside the commit's pages 2..{}",
                             self.hw
                         )),
+                        Some(_) if !mark => {}
                         Some(p) if self.claimed[p as usize] => self.problem(format!(
                             "page {p}: reachable, yet the free map marks it free"
                         )),

@@ -370,13 +370,27 @@ pub(crate) fn strip(e: &Error) -> String {
 /// writer could destroy live data.
 #[derive(Default)]
 struct Reach<'a> {
-    trees: Vec<(&'a [u8], TreeRoot)>,
+    /// Each catalog entry: the tree's name and its record's value, inline or not.
+    trees: Vec<(&'a [u8], ValRef<'a>)>,
+    /// Every problem is an error: the meta's free map is behind, so every page the walk
+    /// leaves is taken as free, and what it cannot follow may still be reached by a reader.
+    strict: bool,
 }
 
 impl<'a> Visitor<'a> for Reach<'a> {
     /// Damage that stops a walk stops readers too: what lies behind a page that does not parse,
-    /// or a pointer outside the file, is not reachable, so it is not followed.
-    fn problem(&mut self, _page: Option<PageId>, _what: String) -> Result<()> {
+    /// or a pointer outside the file, is not reachable, so it is not followed. That holds
+    /// where the free map says which pages are free (it does not mark what lies behind). A
+    /// behind meta's free pages are the walk's gaps, and readers follow some things the walk
+    /// does not (a cursor descends by each page's own type, not the recorded depth): there
+    /// any problem stops the read-write open.
+    fn problem(&mut self, page: Option<PageId>, what: String) -> Result<()> {
+        if self.strict {
+            return Err(Error::corrupt(
+                page.unwrap_or(0),
+                format!("{what} (the free map is behind, so the walk must be whole)"),
+            ));
+        }
         Ok(())
     }
 
@@ -394,10 +408,8 @@ impl<'a> Visitor<'a> for Reach<'a> {
         val: Option<ValRef<'a>>,
     ) -> Result<()> {
         if role == PageRole::Catalog {
-            if let (Ok(name), Some(ValRef::Inline(v))) = (page.key(i), val) {
-                if let Some(root) = TreeRoot::decode(v) {
-                    self.trees.push((name, root));
-                }
+            if let (Ok(name), Some(v)) = (page.key(i), val) {
+                self.trees.push((name, v));
             }
         }
         Ok(())
@@ -411,12 +423,25 @@ impl<'a> Visitor<'a> for Reach<'a> {
 /// reached twice is an error.
 pub(crate) fn reachable_pages(view: &View<'_>, meta: &Meta) -> Result<PageSet> {
     let mut walk = Walk::new(*view, false);
-    let mut reach = Reach::default();
+    let mut reach = Reach {
+        strict: meta.freemap_behind,
+        ..Reach::default()
+    };
     walk.tree("(catalog)", &meta.catalog, PageRole::Catalog, &mut reach)?;
     walk.tree("(free map)", &meta.freemap, PageRole::FreeMap, &mut reach)?;
-    for (name, root) in std::mem::take(&mut reach.trees) {
+    for (name, value) in std::mem::take(&mut reach.trees) {
         let name = String::from_utf8_lossy(name);
-        walk.tree(&name, &root, PageRole::Data, &mut reach)?;
+        // A record wherever its value lies, as `ReadTx::open_tree` reads it (larch writes
+        // them inline, but a tree a reader opens must be walked).
+        match view.value(value).ok().and_then(TreeRoot::decode) {
+            Some(root) => {
+                walk.tree(&name, &root, PageRole::Data, &mut reach)?;
+            }
+            None => reach.problem(
+                Some(meta.catalog.root),
+                format!("catalog entry {name:?} is not a tree record"),
+            )?,
+        }
     }
     Ok(walk.seen)
 }

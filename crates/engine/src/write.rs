@@ -493,12 +493,16 @@ impl Txn {
         // is behind (docs/format.md, "A free map behind its meta"). Any commit that may be
         // written with a sync saves them all, as does one that moves pages about in place or
         // would leave the writer carrying more than `CARRIED_MAX` bits.
-        self.saves_free_map = self.durability != Durability::Async
-            || self.compacting
-            || self.writer.freemap_carried.len() + self.freemap_changes.len()
-                > crate::freemap::CARRIED_MAX;
+        self.saves_free_map =
+            self.durability != Durability::Async || self.compacting || self.carries_too_much();
         if self.gather_hot_pages() {
             self.store_tree_roots(false)?;
+        }
+        // The pages the dirty nodes just took change bits too (as many as the pages they
+        // freed, each one the saved map may call free): counted only now, they can take the
+        // carried bits past the cap, which a read-write open of this meta enforces.
+        if self.carries_too_much() {
+            self.saves_free_map = true;
         }
         // 3. Give back a free tail of the file (a free map behind its meta must not mark
         //    pages past the high-water mark, so this saves it), then persist the free-space
@@ -573,6 +577,12 @@ impl Txn {
         }
         self.db.publish(meta);
         Ok(deferred)
+    }
+
+    /// Would the writer carry more than `CARRIED_MAX` free-map bits after this commit, if it
+    /// did not save the free map? (Both maps' lengths: at least the pages they change.)
+    fn carries_too_much(&self) -> bool {
+        self.writer.freemap_carried.len() + self.freemap_changes.len() > crate::freemap::CARRIED_MAX
     }
 
     /// Record every changed tree's root in the catalog; `removals`: also remove the names of
