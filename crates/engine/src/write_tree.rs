@@ -173,6 +173,12 @@ impl<'tx> WriteTree<'tx> {
     /// Insert or overwrite `key` with `value`. Keys are 1 to page size / 4 bytes
     /// ([`crate::Error::EmptyKey`], [`crate::Error::KeyTooLarge`]); values up to `u32::MAX`.
     ///
+    /// A value too large to stay in its leaf is written to its overflow run at once; when that
+    /// write or the file's growth fails ([`crate::Error::Io`], disk full included), the error
+    /// is returned and the tree and the transaction are as they were before the call: the
+    /// transaction may go on, retry, roll back to a savepoint or commit (tests/crash.rs and
+    /// tests/model.rs generate each). The same holds for [`WriteTree::append`].
+    ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
     /// # let db = larch_engine::Db::open(dir.path().join("t.larch"), Default::default())?;
