@@ -66,6 +66,20 @@ struct Checker<'a> {
 }
 
 impl<'a> Checker<'a> {
+    /// The meta's counters against the pages found reachable and unreachable.
+    fn counts(&mut self, reachable: u64, unreachable: u64) {
+        let m = self.meta;
+        if m.live_pages != reachable || m.unreachable_pages != unreachable {
+            self.note(
+                None,
+                format!(
+                    "meta counts {} live and {} unreachable pages; found {reachable} and {unreachable}",
+                    m.live_pages, m.unreachable_pages
+                ),
+            );
+        }
+    }
+
     fn note(&mut self, page: Option<PageId>, what: impl Into<String>) {
         if self.problems.len() < MAX_PROBLEMS {
             self.problems.push(Problem {
@@ -297,62 +311,35 @@ impl Db {
                 let unreachable: u64 = unreached.iter().map(|&(_, n)| n).sum();
                 report.unreachable_pages = unreachable;
                 report.freemap_behind = true;
-                if meta.live_pages != reachable || meta.unreachable_pages != unreachable {
-                    c.note(
-                        None,
-                        format!(
-                            "meta counts {} live and {} unreachable pages; found {reachable} and {unreachable}",
-                            meta.live_pages, meta.unreachable_pages
-                        ),
-                    );
-                }
+                c.counts(reachable, unreachable);
                 // The writer's state for this commit: the free map with the bits it carries,
                 // and its in-memory free space, must both be exactly those pages.
-                if let Some(w) = rx.file().writer.try_lock() {
-                    if rx.file().durability.lock().committed.txid == meta.txid
-                        && !rx.file().opts.read_only
-                    {
-                        let mut want = PageSet::default();
-                        for &(p, n) in &unreached {
-                            for q in p..p + n {
-                                want.insert(q);
-                            }
+                if let Some(w) = writer_of(&rx, &meta) {
+                    let want = PageSet::from_runs(&unreached);
+                    let mut marked = PageSet::from_runs(&runs);
+                    for (p, unreachable) in w.freemap_carried.iter() {
+                        if unreachable {
+                            marked.insert(p);
+                        } else {
+                            marked.remove(p);
                         }
-                        let mut marked = PageSet::default();
-                        for (p, n) in runs {
-                            for q in p..p + n {
-                                marked.insert(q);
-                            }
-                        }
-                        for (p, unreachable) in w.freemap_carried.iter() {
-                            if unreachable {
-                                marked.insert(p);
-                            } else {
-                                marked.remove(p);
-                            }
-                        }
-                        if marked != want {
-                            c.note(
-                                None,
-                                "the free map with the bits the writer carries differs from the pages no tree reaches",
-                            );
-                        }
-                        if in_memory_free(&w, meta.high_water) != want {
-                            c.note(
-                                None,
-                                "the in-memory free-space state differs from the pages no tree reaches",
-                            );
-                        }
+                    }
+                    if marked != want {
+                        c.note(
+                            None,
+                            "the free map with the bits the writer carries differs from the pages no tree reaches",
+                        );
+                    }
+                    if in_memory_free(&w, meta.high_water) != want {
+                        c.note(
+                            None,
+                            "the in-memory free-space state differs from the pages no tree reaches",
+                        );
                     }
                 }
             }
             Ok(runs) if c.problems.is_empty() => {
-                let mut marked = PageSet::default();
-                for (p, n) in runs {
-                    for q in p..p + n {
-                        marked.insert(q);
-                    }
-                }
+                let marked = PageSet::from_runs(&runs);
                 let unreachable = marked.len();
                 report.unreachable_pages = unreachable;
                 // Stops at the problem limit: a meta can claim billions of pages that a sparse
@@ -369,21 +356,10 @@ impl Db {
                         c.note(Some(q), "neither reachable nor marked free (leaked)");
                     }
                 }
-                if meta.live_pages != reachable || meta.unreachable_pages != unreachable {
-                    c.note(
-                        None,
-                        format!(
-                            "meta counts {} live and {} unreachable pages; found {reachable} and {unreachable}",
-                            meta.live_pages, meta.unreachable_pages
-                        ),
-                    );
-                }
+                c.counts(reachable, unreachable);
                 // The writer's in-memory free space must be exactly the unreachable pages.
-                if let Some(w) = rx.file().writer.try_lock() {
-                    if rx.file().durability.lock().committed.txid == meta.txid
-                        && !rx.file().opts.read_only
-                        && in_memory_free(&w, meta.high_water) != marked
-                    {
+                if let Some(w) = writer_of(&rx, &meta) {
+                    if in_memory_free(&w, meta.high_water) != marked {
                         c.note(
                             None,
                             "the in-memory free-space state differs from the free map",
@@ -397,6 +373,17 @@ impl Db {
         report.problems = c.problems;
         Ok(report)
     }
+}
+
+/// The writer's state, when it is this process's, free now, and of the commit `meta` (the
+/// checked snapshot is the newest).
+fn writer_of<'r>(
+    rx: &'r crate::read::ReadTx,
+    meta: &Meta,
+) -> Option<parking_lot::MutexGuard<'r, crate::file::WriterState>> {
+    let file = rx.file();
+    let w = file.writer.try_lock()?;
+    (file.durability.lock().committed.txid == meta.txid && !file.opts.read_only).then_some(w)
 }
 
 /// The writer's unreachable pages below `high_water`: free, pending and reader-pinned.

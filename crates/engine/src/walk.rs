@@ -45,6 +45,17 @@ impl PageSet {
         true
     }
 
+    /// The pages of `runs` (start, length).
+    pub fn from_runs(runs: &[(PageId, u64)]) -> PageSet {
+        let mut s = PageSet::default();
+        for &(p, n) in runs {
+            for q in p..p + n {
+                s.insert(q);
+            }
+        }
+        s
+    }
+
     /// Take `p` out; false if it was not there.
     pub fn remove(&mut self, p: PageId) -> bool {
         let Some(block) = self.blocks.get_mut(&(p / BLOCK_PAGES)) else {
