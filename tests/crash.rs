@@ -1944,6 +1944,15 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
         2 => Options::default().page_size(8192),
         _ => Options::default().page_size(16384),
     };
+    // A third of the seeds carry at most 32 free-map bits past Async commits (65,536 by
+    // default, out of reach of these small files): Async commits then save the free map
+    // when the carried bits would pass it, and every recovery open checks that a behind
+    // meta lacks no more than that (docs/format.md, "A free map behind its meta").
+    let opts = if seed % 3 == 1 {
+        opts.carried_max_bits(32)
+    } else {
+        opts
+    };
     let trace = run(&random_steps(seed), opts);
     let label = format!("random seed {seed}");
     let mut rng = Rng(seed + 12345);

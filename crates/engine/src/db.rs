@@ -461,6 +461,7 @@ impl Db {
                 &meta,
                 &mut free,
                 pinned_by,
+                opts.carried_max,
             )?;
         }
         let open_file = OpenFile {

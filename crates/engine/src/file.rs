@@ -328,6 +328,7 @@ impl OpenFile {
             &meta,
             &mut free,
             pinned_by,
+            self.opts.carried_max,
         )?;
         *w = WriterState {
             free,

@@ -196,13 +196,15 @@ pub(crate) const CARRIED_MAX: usize = 1 << 16;
 /// A meta whose free map is behind (`Meta::freemap_behind`: it records an earlier commit) is
 /// trusted for nothing but its shape: the free pages are those below the high-water mark the
 /// walk does not reach, which must number what the meta counted, and the bits the free map
-/// lacks (at most [`CARRIED_MAX`], else the file is not one larch wrote) are returned for the
+/// lacks (at most `carried_max`, [`CARRIED_MAX`] unless a test lowers it, else the file is
+/// not one larch wrote) are returned for the
 /// writer to carry into the next commit that saves it.
 pub fn load(
     view: &View<'_>,
     meta: &Meta,
     free: &mut FreeSpace,
     pinned_by: Option<crate::TxId>,
+    carried_max: usize,
 ) -> Result<Changes> {
     let checked = View {
         verify: true,
@@ -239,11 +241,11 @@ pub fn load(
             ));
         }
         for (p, len, unreachable) in differences(&runs, &unreached) {
-            if carried.len() as u64 + len > CARRIED_MAX as u64 {
+            if carried.len() as u64 + len > carried_max as u64 {
                 return Err(Error::corrupt(
                     meta.freemap.root,
                     format!(
-                        "the free map is behind its meta by more than {CARRIED_MAX} pages; {NOT_FOR_WRITING}"
+                        "the free map is behind its meta by more than {carried_max} pages; {NOT_FOR_WRITING}"
                     ),
                 ));
             }

@@ -94,6 +94,8 @@ pub struct Options {
     pub(crate) group_commit: bool,
     pub(crate) fall_back_on_damage: bool,
     pub(crate) max_unsynced: Unsynced,
+    /// `freemap::CARRIED_MAX` unless a test lowers it ([`Options::carried_max_bits`]).
+    pub(crate) carried_max: usize,
 }
 
 /// [`Options::max_unsynced_bytes`]: how many bytes of replaced pages may wait for a durable
@@ -138,6 +140,7 @@ impl Default for Options {
             group_commit: true,
             fall_back_on_damage: false,
             max_unsynced: Unsynced::Auto,
+            carried_max: crate::freemap::CARRIED_MAX,
         }
     }
 }
@@ -172,6 +175,18 @@ impl Options {
             }
         }
         Ok(())
+    }
+
+    /// The most free-map bits the writer carries past Async commits before one saves them
+    /// (docs/format.md, "A free map behind its meta"; 65,536 by default), which is also the
+    /// most a read-write open accepts a behind free map to lack. Lowered by the power-cut
+    /// simulation so that small files reach both limits; a file written with a larger value
+    /// may be refused by an open with a smaller one. For tests only.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn carried_max_bits(mut self, bits: usize) -> Self {
+        self.carried_max = bits.max(1);
+        self
     }
 
     /// Page size for a new file: a power of two in 4096..=65536. An existing file keeps the

@@ -582,7 +582,7 @@ impl Txn {
     /// Would the writer carry more than `CARRIED_MAX` free-map bits after this commit, if it
     /// did not save the free map? (Both maps' lengths: at least the pages they change.)
     fn carries_too_much(&self) -> bool {
-        self.writer.freemap_carried.len() + self.freemap_changes.len() > crate::freemap::CARRIED_MAX
+        self.writer.freemap_carried.len() + self.freemap_changes.len() > self.db.opts.carried_max
     }
 
     /// Record every changed tree's root in the catalog; `removals`: also remove the names of
