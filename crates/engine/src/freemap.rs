@@ -176,11 +176,6 @@ pub fn unreachable_runs(view: &View<'_>, meta: &Meta) -> Result<Vec<(PageId, u64
     Ok(runs)
 }
 
-/// The most free-map bits the writer carries past Async commits before one of them saves
-/// the free map anyway (`Txn::commit`): what a behind free map can lack, so also the most a
-/// read-write open takes from the walk on top of it (`load`).
-pub(crate) const CARRIED_MAX: usize = 1 << 16;
-
 /// Fill `free` from the free map at open: with no reader and a durable meta, every
 /// unreachable page is reusable. `pinned_by: Some(t)`: readers may hold snapshots older than
 /// the meta `t` (another process wrote it, process.rs), so every unreachable page waits, as
@@ -196,7 +191,7 @@ pub(crate) const CARRIED_MAX: usize = 1 << 16;
 /// A meta whose free map is behind (`Meta::freemap_behind`: it records an earlier commit) is
 /// trusted for nothing but its shape: the free pages are those below the high-water mark the
 /// walk does not reach, which must number what the meta counted, and the bits the free map
-/// lacks (at most `carried_max`, [`CARRIED_MAX`] unless a test lowers it, else the file is
+/// lacks (at most `carried_max`, `CARRIED_MAX` (options.rs) unless a test lowers it, else the file is
 /// not one larch wrote) are returned for the
 /// writer to carry into the next commit that saves it.
 pub fn load(

@@ -94,7 +94,7 @@ pub struct Options {
     pub(crate) group_commit: bool,
     pub(crate) fall_back_on_damage: bool,
     pub(crate) max_unsynced: Unsynced,
-    /// `freemap::CARRIED_MAX` unless a test lowers it ([`Options::carried_max_bits`]).
+    /// [`CARRIED_MAX`] unless a test lowers it ([`Options::carried_max_bits`]).
     pub(crate) carried_max: usize,
 }
 
@@ -119,6 +119,11 @@ impl Unsynced {
     }
 }
 
+/// The most free-map bits the writer carries past Async commits before one of them saves
+/// the free map anyway (`Txn::commit`): what a behind free map can lack, so also the most a
+/// read-write open takes from the walk on top of it (`load`).
+pub(crate) const CARRIED_MAX: usize = 1 << 16;
+
 /// The most the default of [`Options::max_unsynced_bytes`] allows: 16 MiB.
 pub const DEFAULT_MAX_UNSYNCED_BYTES: u64 = 16 << 20;
 
@@ -140,7 +145,7 @@ impl Default for Options {
             group_commit: true,
             fall_back_on_damage: false,
             max_unsynced: Unsynced::Auto,
-            carried_max: crate::freemap::CARRIED_MAX,
+            carried_max: CARRIED_MAX,
         }
     }
 }
