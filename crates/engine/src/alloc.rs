@@ -242,7 +242,21 @@ impl Txn {
         if order.is_empty() {
             return false;
         }
-        order.sort_unstable_by_key(|&(class, t, p, _)| (class, if class == 0 { t } else { 0 }, p));
+        // By class, stably, then by (tree for the roots, page) within each class: the nodes of
+        // a tree come in the order they were made, which is their provisional ids' order, so
+        // the classes of a commit that changed one tree are sorted already and only a check.
+        let key =
+            |&(class, t, p, _): &(u8, usize, PageId, usize)| (if class == 0 { t } else { 0 }, p);
+        let mut classes: [Vec<(u8, usize, PageId, usize)>; 3] = Default::default();
+        for o in order.drain(..) {
+            classes[usize::from(o.0)].push(o);
+        }
+        for c in &mut classes {
+            if !c.is_sorted_by_key(key) {
+                c.sort_unstable_by_key(key);
+            }
+            order.append(c);
+        }
         let hot = order.iter().filter(|o| o.0 == 0).count() as u64;
         let warm = order.iter().filter(|o| o.0 == 1).count() as u64;
         let cold = order.len() as u64 - hot - warm;
@@ -364,7 +378,8 @@ enum Take {
     /// [`larch_freelist::FreeSpacePolicy::allocate_low_runs`]: the lowest runs, then single
     /// pages.
     LowRuns,
-    /// One page at a time from [`larch_freelist::FreeSpacePolicy::allocate`].
+    /// The pages one page at a time from [`larch_freelist::FreeSpacePolicy::allocate`]
+    /// would give ([`larch_freelist::FreeSpacePolicy::allocate_pages`]).
     Singles,
     /// [`larch_freelist::FreeSpacePolicy::allocate_long_runs`]: the lowest runs of
     /// `LONG_RUN_MIN` pages or more, nothing shorter.
@@ -384,7 +399,7 @@ fn take_pages(
     let got = match how {
         Take::Runs => policy.allocate_runs(n, &mut runs),
         Take::LowRuns => policy.allocate_low_runs(n, &mut runs),
-        Take::Singles => larch_freelist::policy::allocate_singles(policy, n, &mut runs),
+        Take::Singles => policy.allocate_pages(n, &mut runs),
         Take::LongRuns => policy.allocate_long_runs(n, LONG_RUN_MIN, &mut runs),
     }
     .min(n);

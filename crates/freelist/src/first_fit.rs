@@ -42,6 +42,10 @@ impl FreeSpacePolicy for FirstFitPolicy {
         self.set.take_runs(n, 2, out)
     }
 
+    fn allocate_pages(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        self.set.take_lowest(n, out)
+    }
+
     fn allocate_low_runs(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
         self.set.take_low_runs(n, 2, out)
     }

@@ -61,6 +61,14 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
         0
     }
 
+    /// Up to `n` pages, the ones `n` calls of [`allocate`](FreeSpacePolicy::allocate)`(1)`
+    /// would give, appended to `out` as runs `(start, len)` with adjacent pages merged;
+    /// returns how many it gave. The default is those calls ([`allocate_singles`]); FirstFit
+    /// takes its lowest `n` pages in one pass ([`ExtentSet::take_lowest`]).
+    fn allocate_pages(&mut self, n: u64, out: &mut Vec<(PageId, u64)>) -> u64 {
+        allocate_singles(self, n, out)
+    }
+
     /// Make pages start..start+n reusable (they must not already be in the set; debug_assert it).
     fn insert(&mut self, start: PageId, n: u64) {
         self.set_mut().insert(start, n);
@@ -71,9 +79,7 @@ pub trait FreeSpacePolicy: Send + Sync + std::fmt::Debug {
     /// run) cost one insert, not one each. Leaves `runs` sorted and coalesced.
     fn insert_runs(&mut self, runs: &mut Vec<(PageId, u64)>) {
         coalesce(runs);
-        for &(p, n) in runs.iter() {
-            self.insert(p, n);
-        }
+        self.set_mut().insert_sorted(runs);
     }
 
     /// Remove exactly pages start..start+n from the set (used to undo an insert); returns false
@@ -126,7 +132,9 @@ pub fn coalesce(runs: &mut Vec<(PageId, u64)>) {
     if runs.len() < 2 {
         return;
     }
-    runs.sort_unstable_by_key(|&(p, _)| p);
+    if !runs.is_sorted_by_key(|&(p, _)| p) {
+        runs.sort_unstable_by_key(|&(p, _)| p);
+    }
     let mut out = 0;
     for i in 1..runs.len() {
         let (p, n) = runs[i];
