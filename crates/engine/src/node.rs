@@ -684,9 +684,16 @@ impl Node {
         if let Some((bytes, ents, children)) = spare.take() {
             (n.bytes, n.ents, n.children) = (bytes, ents, children);
         }
-        n.ents.reserve(page.count + 1);
-        // Room for a few more entries before the arena grows.
-        n.bytes.reserve(page.bytes.len() + page.bytes.len() / 8);
+        // Room for a few more entries before the arena grows. A kept buffer too small for it
+        // is replaced, not grown: `reserve` on an emptied Vec reallocates, and realloc copies
+        // the old buffer's whole capacity (it cannot know the Vec is empty).
+        let want = page.bytes.len() + page.bytes.len() / 8;
+        if n.bytes.capacity() < want {
+            n.bytes = Vec::with_capacity(want);
+        }
+        if n.ents.capacity() < page.count + 1 {
+            n.ents = Vec::with_capacity(page.count + 1);
+        }
         n.bytes.extend_from_slice(page.bytes);
         // One pass over the slots with the same checks as `NodePage::entry` and `child`,
         // noting only whether one failed (`decode_error` says which): with no branch out of
@@ -744,6 +751,9 @@ impl Node {
                     }
                 }));
             if ok {
+                if n.children.capacity() < page.count + 1 {
+                    n.children = Vec::with_capacity(page.count + 1);
+                }
                 // Every cell's header lies in the page: its child id is there.
                 n.children.extend(n.ents.iter().map(|e| {
                     let at = e.at as usize - BRANCH_CELL + BRANCH_CHILD;
