@@ -19,8 +19,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use larch::{
-    Db, Durability, Error, FileStorage, Options, Policy, ReadTree, ReadTx, Savepoint, Storage,
-    WriteMode, WriteTx,
+    CacheFolios, Db, Durability, Error, FileStorage, Options, Policy, ReadTree, ReadTx, Savepoint,
+    Storage, WriteMode, WriteTx,
 };
 use larch_testkit::recording::{open_rw, Call};
 use proptest::prelude::*;
@@ -1030,6 +1030,7 @@ struct Config {
     policy: Policy,
     mode: WriteMode,
     page_size: usize,
+    folios: CacheFolios,
 }
 
 fn ensure_tx<'a, 'db>(
@@ -1052,6 +1053,7 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
         .page_size(cfg.page_size)
         .policy(cfg.policy)
         .write_mode(cfg.mode)
+        .cache_folios(cfg.folios)
         .durability(Durability::Sync);
     let max_key = cfg.page_size / 4;
     let mut committed = Model::new();
@@ -1755,12 +1757,21 @@ fn config() -> ProptestConfig {
 
 macro_rules! model_test {
     ($name:ident, $policy:expr, $mode:expr, $page_size:expr) => {
+        model_test!($name, $policy, $mode, $page_size, CacheFolios::Large);
+    };
+    ($name:ident, $policy:expr, $mode:expr, $page_size:expr, $folios:expr) => {
         #[test]
         fn $name() {
             proptest! {
                 #![proptest_config(config())]
                 fn cases(ops in ops()) {
-                    run(Config { policy: $policy, mode: $mode, page_size: $page_size }, &ops)?;
+                    let cfg = Config {
+                        policy: $policy,
+                        mode: $mode,
+                        page_size: $page_size,
+                        folios: $folios,
+                    };
+                    run(cfg, &ops)?;
                 }
             }
             with_leaf_overflows(stringify!($name), cases);
@@ -1797,6 +1808,14 @@ model_test!(
     Policy::FirstFit,
     WriteMode::Pwrite,
     4096
+);
+// Single-page folios change only how the kernel caches the pages written: the same model.
+model_test!(
+    first_fit_pwrite_4k_small_folios_matches_model,
+    Policy::FirstFit,
+    WriteMode::Pwrite,
+    4096,
+    CacheFolios::Small
 );
 model_test!(
     first_fit_pwrite_16k_matches_model,

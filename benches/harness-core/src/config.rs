@@ -262,6 +262,7 @@ pub fn usage(program: &str) -> String {
                        :advice=normal|random|sequential, :load-advice=A (advice while loading;
                        reopened with advice after), :ct=FRACTION|off (compaction threshold),
                        :page=BYTES, :group=on|off, :unsynced=BYTES|off (max_unsynced_bytes),
+                       :folios=large|small (page-cache folios of written pages),
                        e.g. first-fit/pwrite:ct=0.25
   --seed S             run seed (default: a fresh one, printed)
   --dir PATH           where database files go (default OUT/db, removed afterwards)

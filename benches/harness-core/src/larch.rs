@@ -2,13 +2,16 @@
 //! `:advice=normal|random|sequential`, `:load-advice=normal|random|sequential` (the advice
 //! while loading; the database is reopened with `advice` for the other steps),
 //! `:ct=FRACTION|off` (compaction threshold), `:page=BYTES`, `:group=on|off` (group commit) and
-//! `:unsynced=BYTES|off` (`Options::max_unsynced_bytes`).
+//! `:unsynced=BYTES|off` (`Options::max_unsynced_bytes`) and `:folios=large|small`
+//! (`Options::cache_folios`).
 
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use larch_engine::{Advice, Db, Durability as LDurability, Options, Policy, WriteMode};
+use larch_engine::{
+    Advice, CacheFolios, Db, Durability as LDurability, Options, Policy, WriteMode,
+};
 
 use crate::engine::{
     Durability, Engine, EngineConfig, EngineFactory, IbReader, IbRow, IbWriter, Reader, Result,
@@ -42,6 +45,8 @@ pub struct Setup {
     /// `Options::max_unsynced_bytes`: None keeps the engine's default (automatic), Some(None)
     /// turns the bound off, Some(Some(b)) sets it to b bytes.
     pub max_unsynced: Option<Option<u64>>,
+    /// `Options::cache_folios`.
+    pub cache_folios: CacheFolios,
 }
 
 fn advice_from_name(s: &str) -> Option<Advice> {
@@ -80,6 +85,7 @@ impl Setup {
             page_size: defaults.get_page_size(),
             group_commit: true,
             max_unsynced: None,
+            cache_folios: defaults.get_cache_folios(),
         };
         for part in parts {
             let (k, v) = part
@@ -107,6 +113,13 @@ impl Setup {
                             return Err(format!("setup {s:?}: ct must be between 0 and 1"));
                         }
                         Some(t)
+                    }
+                }
+                "folios" => {
+                    setup.cache_folios = match v {
+                        "large" => CacheFolios::Large,
+                        "small" => CacheFolios::Small,
+                        _ => return Err(format!("setup {s:?}: folios is large or small")),
                     }
                 }
                 "group" => {
@@ -149,6 +162,7 @@ impl Setup {
             .page_size(self.page_size)
             .compaction_threshold(self.compaction_threshold)
             .group_commit(self.group_commit)
+            .cache_folios(self.cache_folios)
             .durability(LDurability::Sync)
     }
 }
@@ -547,6 +561,14 @@ mod tests {
         assert_eq!(s.load_advice, None);
         assert!(s.group_commit);
         assert!(!Setup::parse("null/pwrite:group=off").unwrap().group_commit);
+        assert_eq!(s.cache_folios, CacheFolios::Large);
+        assert_eq!(
+            Setup::parse("first-fit/pwrite:folios=small")
+                .unwrap()
+                .cache_folios,
+            CacheFolios::Small
+        );
+        assert!(Setup::parse("first-fit/pwrite:folios=tiny").is_err());
         assert_eq!(s.max_unsynced, None);
         assert_eq!(
             Setup::parse("null/pwrite:unsynced=off")

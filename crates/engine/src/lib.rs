@@ -53,7 +53,9 @@ pub use larch_pager::{set_min_map_reservation, FileStorage, Storage};
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use larch_pager::{Killer, LockStep};
-pub use options::{Advice, Durability, Options, Policy, WriteMode, DEFAULT_MAX_UNSYNCED_BYTES};
+pub use options::{
+    Advice, CacheFolios, Durability, Options, Policy, WriteMode, DEFAULT_MAX_UNSYNCED_BYTES,
+};
 pub use process::{clear_stale_readers, readers, ReaderSlot};
 pub use read::{OwnedReadTree, ReadTree, ReadTx};
 pub use redistribute::LeafOverflows;

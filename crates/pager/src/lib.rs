@@ -48,7 +48,7 @@ pub use pager::{
     growth_step, probe_database, resolve_path, set_min_map_reservation, sync_dir, FileLock,
     IoCounters, OpenedMetas, Pager, PagerOptions,
 };
-pub use storage::{FileStorage, Storage, WriteMode};
+pub use storage::{CacheFolios, FileStorage, Storage, WriteMode};
 
 /// A page number: byte offset / page size. Pages 0 and 1 are the meta pages.
 pub type PageId = u64;

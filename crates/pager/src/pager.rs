@@ -14,7 +14,7 @@ use crate::lock::try_lock;
 use crate::map::{Advice, Map};
 use crate::meta::{ManifestRun, Meta, MetaSlot, FORMAT_VERSION, META_SIZE};
 use crate::page::{run_checksum, stored_checksum, PageHeader, PAGE_HEADER_SIZE};
-use crate::storage::{first_hole, FileStorage, Storage, WriteMode};
+use crate::storage::{first_hole, CacheFolios, FileStorage, Storage, WriteMode};
 use crate::{valid_page_size, PageId, MAX_FILE_BYTES, MAX_PAGE_SIZE, MIN_PAGE_SIZE};
 
 /// How to open a file.
@@ -26,6 +26,8 @@ pub struct PagerOptions {
     pub write_mode: WriteMode,
     /// madvise for the read map.
     pub advice: Advice,
+    /// Page-cache folios for the pages written ([`Storage::set_cache_folios`]).
+    pub cache_folios: CacheFolios,
     /// Open without write access, under a shared lock.
     pub read_only: bool,
     /// Create the file if it does not exist.
@@ -61,6 +63,7 @@ impl Default for PagerOptions {
             page_size: 4096,
             write_mode: WriteMode::Pwrite,
             advice: Advice::default(),
+            cache_folios: CacheFolios::Large,
             read_only: false,
             create: true,
             fall_back_on_damage: false,
@@ -167,6 +170,7 @@ impl Pager {
         storage: Box<dyn Storage>,
         opts: PagerOptions,
     ) -> Result<(Pager, OpenedMetas)> {
+        storage.set_cache_folios(opts.cache_folios);
         let exclusive = match opts.flock {
             FileLock::ByMode => !opts.read_only,
             FileLock::Shared => false,
