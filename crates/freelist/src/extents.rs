@@ -611,6 +611,53 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Release builds, where the debug_asserts against pages already in the set are off:
+        /// a batch that overlaps itself and the set, some of it clamped at `u64::MAX`, leaves
+        /// the union on both paths of `insert_sorted`, as `insert` of each run does, and
+        /// `take_lowest` then hands out what `take_first_fit(1)` would.
+        #[test]
+        #[cfg(not(debug_assertions))]
+        fn overlapping_and_clamped_batches_match_one_at_a_time(
+            set_runs in proptest::collection::vec((0u64..400, 0u64..6), 0..80),
+            mut runs in proptest::collection::vec((0u64..400, 0u64..6), 0..120),
+            near_max in proptest::bool::ANY,
+            indexed_set in proptest::bool::ANY,
+        ) {
+            // Near u64::MAX every start is at most 200 pages below it, so runs get clamped.
+            let at = |p: u64| if near_max { u64::MAX - 200 + p.min(200) } else { p };
+            let mut a = if indexed_set { ExtentSet::with_length_index() } else { ExtentSet::new() };
+            for &(p, n) in &set_runs {
+                a.insert(at(p), n);
+            }
+            runs.sort_unstable();
+            let runs: Vec<(PageId, u64)> = runs.iter().map(|&(p, n)| (at(p), n)).collect();
+            let mut b = a.clone();
+            for &(p, n) in &runs {
+                a.insert(p, n);
+            }
+            b.insert_sorted(&runs);
+            b.assert_consistent();
+            proptest::prop_assert_eq!(a.extents(), b.extents());
+            proptest::prop_assert_eq!(a.len(), b.len());
+            let n = 2 * runs.len() as u64;
+            let mut want: Vec<(PageId, u64)> = Vec::new();
+            for _ in 0..n {
+                let Some(p) = a.take_first_fit(1) else { break };
+                match want.last_mut() {
+                    Some((s, l)) if *s + *l == p => *l += 1,
+                    _ => want.push((p, 1)),
+                }
+            }
+            let mut got = Vec::new();
+            proptest::prop_assert_eq!(b.take_lowest(n, &mut got), want.iter().map(|r| r.1).sum::<u64>());
+            b.assert_consistent();
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(a.extents(), b.extents());
+            proptest::prop_assert_eq!(a.len(), b.len());
+        }
+    }
+
     fn set(runs: &[(PageId, u64)]) -> ExtentSet {
         let mut s = ExtentSet::new();
         for &(start, n) in runs {
