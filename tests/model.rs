@@ -724,6 +724,12 @@ impl Storage for Faulty {
         self.inner.flush_handle()
     }
 
+    // Without it the trait's default ignores the option, and a case with edit faults would
+    // run with large folios whatever its config says.
+    fn set_cache_folios(&self, folios: CacheFolios) {
+        self.inner.set_cache_folios(folios);
+    }
+
     fn file(&self) -> &std::fs::File {
         self.inner.file()
     }
