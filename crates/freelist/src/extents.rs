@@ -1,5 +1,6 @@
 //! A set of page ids stored as sorted, coalesced extents.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::PageId;
@@ -8,6 +9,30 @@ use crate::PageId;
 const BULK_INSERT_MIN: usize = 32;
 /// ...that is at least 1/`BULK_INSERT_RATIO` of the extents already in the set.
 const BULK_INSERT_RATIO: usize = 8;
+
+thread_local! {
+    /// A smaller batch for which both batch paths are taken on this thread, whatever the
+    /// set's size; 0: the thresholds above. Set by tests ([`set_bulk_batch_min`]).
+    static BULK_MIN_OVERRIDE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Make [`ExtentSet::insert_sorted`] and [`ExtentSet::take_lowest`] called on this thread take
+/// their batch path for every batch of at least `n` runs (0: the built-in thresholds), so
+/// that tests with small files reach it. Both paths leave the same set; this chooses only
+/// which one runs. For tests only.
+#[doc(hidden)]
+pub fn set_bulk_batch_min(n: usize) {
+    BULK_MIN_OVERRIDE.with(|c| c.set(n));
+}
+
+/// Does a batch of `runs` runs (or whole extents) against a set of `extents` take the batch
+/// path?
+fn bulk(runs: usize, extents: usize) -> bool {
+    match BULK_MIN_OVERRIDE.with(Cell::get) {
+        0 => runs >= BULK_INSERT_MIN && runs * BULK_INSERT_RATIO >= extents,
+        n => runs >= n,
+    }
+}
 
 /// A set of page ids kept as sorted, non-empty, coalesced extents `start -> len`.
 ///
@@ -128,7 +153,7 @@ impl ExtentSet {
                 .all(|w| w[0].0.saturating_add(w[0].1) <= w[1].0),
             "runs not sorted or overlapping"
         );
-        if runs.len() < BULK_INSERT_MIN || runs.len() * BULK_INSERT_RATIO < self.by_start.len() {
+        if !bulk(runs.len(), self.by_start.len()) {
             for &(p, n) in runs {
                 self.insert(p, n);
             }
@@ -291,7 +316,7 @@ impl ExtentSet {
             Some((start, len)) if *start + *len == s => *len += l,
             _ => out.push((s, l)),
         };
-        if whole >= BULK_INSERT_MIN && whole * BULK_INSERT_RATIO >= self.by_start.len() {
+        if bulk(whole, self.by_start.len()) {
             let rest = match self.by_start.iter().nth(whole) {
                 Some((&s, _)) => self.by_start.split_off(&s),
                 None => BTreeMap::new(),
