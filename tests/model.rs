@@ -1715,7 +1715,20 @@ fn cases() -> u32 {
 fn with_leaf_overflows(name: &str, cases: impl FnOnce()) {
     LEAF_OVERFLOWS.with(|c| c.set([0; 3]));
     EDIT_FAULTS.with(|c| c.set([0; 10]));
+    let bulk_before = larch::bulk_batches();
     cases();
+    // `run` sends half the cases down the free set's batch paths: they must be reached (the
+    // batch take only where the policy hands out pages in batches: FirstFit).
+    let bulk = larch::bulk_batches();
+    let (inserts, takes) = (bulk[0] - bulk_before[0], bulk[1] - bulk_before[1]);
+    eprintln!("{name}: free-set batch inserts {inserts}, batch takes {takes}");
+    if self::cases() >= 32 {
+        assert!(
+            inserts > 0 && (takes > 0 || !name.starts_with("first_fit")),
+            "{name}: the cases no longer reach the free set's batch paths: inserts {inserts}, \
+             takes {takes}"
+        );
+    }
     let e = EDIT_FAULTS.with(|c| c.get());
     eprintln!(
         "{name}: edit faults fired {} (write {}, short write {}, disk full {}, one resize {}), \

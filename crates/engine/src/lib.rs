@@ -50,7 +50,7 @@ pub use error::{Error, Problem, Result};
 pub use fs::{CompactionFs, RealFs};
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
-pub use larch_freelist::set_bulk_batch_min;
+pub use larch_freelist::{bulk_batches, set_bulk_batch_min};
 #[cfg(feature = "test-hooks")]
 pub use larch_pager::{set_min_map_reservation, FileStorage, Storage};
 #[cfg(feature = "test-hooks")]

@@ -14,6 +14,25 @@ thread_local! {
     /// A smaller batch for which both batch paths are taken on this thread, whatever the
     /// set's size; 0: the thresholds above. Set by tests ([`set_bulk_batch_min`]).
     static BULK_MIN_OVERRIDE: Cell<usize> = const { Cell::new(0) };
+    /// Batches this thread's [`ExtentSet::insert_sorted`] and [`ExtentSet::take_lowest`] took
+    /// their batch path for ([`bulk_batches`]).
+    static BULK_BATCHES: Cell<[u64; 2]> = const { Cell::new([0; 2]) };
+}
+
+/// How many batches [`ExtentSet::insert_sorted`] and [`ExtentSet::take_lowest`], in that
+/// order, called on this thread took their batch path for: tests check their generators
+/// reach it. For tests only.
+#[doc(hidden)]
+pub fn bulk_batches() -> [u64; 2] {
+    BULK_BATCHES.with(Cell::get)
+}
+
+fn count_bulk(which: usize) {
+    BULK_BATCHES.with(|c| {
+        let mut n = c.get();
+        n[which] += 1;
+        c.set(n);
+    });
 }
 
 /// Make [`ExtentSet::insert_sorted`] and [`ExtentSet::take_lowest`] called on this thread take
@@ -164,6 +183,7 @@ impl ExtentSet {
                 .all(|&(p, n)| !self.overlaps(p, p.saturating_add(n))),
             "runs already partly in the set"
         );
+        count_bulk(0);
         let mut merged: Vec<(PageId, u64)> = Vec::with_capacity(self.by_start.len() + runs.len());
         // Pages already present are merged, not double-counted, as insert does.
         let mut push = |s: PageId, e: PageId| {
@@ -317,6 +337,7 @@ impl ExtentSet {
             _ => out.push((s, l)),
         };
         if bulk(whole, self.by_start.len()) {
+            count_bulk(1);
             let rest = match self.by_start.iter().nth(whole) {
                 Some((&s, _)) => self.by_start.split_off(&s),
                 None => BTreeMap::new(),

@@ -31,7 +31,7 @@ pub mod policy;
 
 pub use append_run::AppendPreferringPolicy;
 pub use best_fit::BestFitPolicy;
-pub use extents::{set_bulk_batch_min, ExtentSet};
+pub use extents::{bulk_batches, set_bulk_batch_min, ExtentSet};
 pub use first_fit::FirstFitPolicy;
 pub use free_space::FreeSpace;
 pub use kind::PolicyKind;
