@@ -563,6 +563,37 @@ impl ExtentSet {
 mod tests {
     use super::*;
 
+    /// Insert `runs` into `a` one at a time and into `b` as a batch: the same set after.
+    fn insert_both_ways(
+        a: &mut ExtentSet,
+        b: &mut ExtentSet,
+        runs: &[(PageId, u64)],
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        for &(p, n) in runs {
+            a.insert(p, n);
+        }
+        b.insert_sorted(runs);
+        b.assert_consistent();
+        proptest::prop_assert_eq!(a.extents(), b.extents());
+        proptest::prop_assert_eq!(a.len(), b.len());
+        Ok(())
+    }
+
+    /// `n` calls of `take_first_fit(1)`, the pages merged into runs as `take_lowest` gives them.
+    fn take_one_at_a_time(set: &mut ExtentSet, n: u64) -> Vec<(PageId, u64)> {
+        let mut runs: Vec<(PageId, u64)> = Vec::new();
+        for _ in 0..n {
+            let Some(p) = set.take_first_fit(1) else {
+                break;
+            };
+            match runs.last_mut() {
+                Some((s, l)) if *s + *l == p => *l += 1,
+                _ => runs.push((p, 1)),
+            }
+        }
+        runs
+    }
+
     proptest::proptest! {
         /// A batch insert leaves the same set, page count and length index as inserting each
         /// run, on both of its paths (one insert each for small batches, merge and rebuild for
@@ -595,13 +626,7 @@ mod tests {
                     _ => runs.push((p, 1)),
                 }
             }
-            for &(p, n) in &runs {
-                a.insert(p, n);
-            }
-            b.insert_sorted(&runs);
-            b.assert_consistent();
-            proptest::prop_assert_eq!(a.extents(), b.extents());
-            proptest::prop_assert_eq!(a.len(), b.len());
+            insert_both_ways(&mut a, &mut b, &runs)?;
             proptest::prop_assert_eq!(a.has_length_index(), b.has_length_index());
         }
     }
@@ -620,14 +645,7 @@ mod tests {
                 a.insert(p as PageId, 1);
             }
             let mut b = a.clone();
-            let mut want: Vec<(PageId, u64)> = Vec::new();
-            for _ in 0..n {
-                let Some(p) = a.take_first_fit(1) else { break };
-                match want.last_mut() {
-                    Some((s, l)) if *s + *l == p => *l += 1,
-                    _ => want.push((p, 1)),
-                }
-            }
+            let want = take_one_at_a_time(&mut a, n);
             let mut got = Vec::new();
             let took = b.take_lowest(n, &mut got);
             b.assert_consistent();
@@ -679,22 +697,9 @@ mod tests {
             runs.sort_unstable();
             let runs: Vec<(PageId, u64)> = runs.iter().map(|&(p, n)| (at(p), n)).collect();
             let mut b = a.clone();
-            for &(p, n) in &runs {
-                a.insert(p, n);
-            }
-            b.insert_sorted(&runs);
-            b.assert_consistent();
-            proptest::prop_assert_eq!(a.extents(), b.extents());
-            proptest::prop_assert_eq!(a.len(), b.len());
+            insert_both_ways(&mut a, &mut b, &runs)?;
             let n = 2 * runs.len() as u64;
-            let mut want: Vec<(PageId, u64)> = Vec::new();
-            for _ in 0..n {
-                let Some(p) = a.take_first_fit(1) else { break };
-                match want.last_mut() {
-                    Some((s, l)) if *s + *l == p => *l += 1,
-                    _ => want.push((p, 1)),
-                }
-            }
+            let want = take_one_at_a_time(&mut a, n);
             let mut got = Vec::new();
             proptest::prop_assert_eq!(b.take_lowest(n, &mut got), want.iter().map(|r| r.1).sum::<u64>());
             b.assert_consistent();
