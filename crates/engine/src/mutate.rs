@@ -57,6 +57,12 @@ impl Txn {
                 node.page = self.alloc_node();
                 node.hot = page.txid() + 1 >= self.txid;
                 self.free_written(p, 1, page.txid());
+                if self.nodes.len() == self.nodes.capacity() && self.nodes.len() >= 8 {
+                    let want = self.writer.spare_nodes.arena_hint();
+                    if want > self.nodes.len() {
+                        self.nodes.reserve_exact(want - self.nodes.len());
+                    }
+                }
                 self.nodes.push(node);
                 Ok(self.nodes.len() - 1)
             }

@@ -73,11 +73,29 @@ pub struct SpareNodes {
     kept: Vec<(Vec<u8>, Vec<Ent>, Vec<Child>)>,
     /// Capacity of the kept buffers, in bytes.
     bytes: usize,
+    /// The most dirty nodes one tree of the last transaction had ([`SpareNodes::arena_hint`]).
+    arena_len: usize,
 }
 
 impl SpareNodes {
     /// The most bytes of buffers kept (at 4 KiB pages, about 800 nodes' worth).
     pub const MAX_BYTES: usize = 4 << 20;
+
+    /// The most dirty nodes a tree's arena reserves room for at once.
+    const MAX_ARENA_HINT: usize = 1 << 16;
+
+    /// Note the most dirty nodes one tree of a finished transaction had.
+    pub fn note_arena_len(&mut self, len: usize) {
+        self.arena_len = len.min(Self::MAX_ARENA_HINT);
+    }
+
+    /// How many dirty nodes a tree's arena that is growing past a few should make room for:
+    /// a quarter more than the last transaction's largest had, so that a transaction like
+    /// the last one grows it once instead of doubling it from empty (each doubling copies
+    /// every node).
+    pub fn arena_hint(&self) -> usize {
+        self.arena_len + self.arena_len / 4
+    }
 
     /// Keep `n`'s buffers, emptied, unless enough are kept or they grew past two pages.
     pub fn put(&mut self, n: Node, page_size: usize) {

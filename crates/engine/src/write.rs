@@ -721,7 +721,13 @@ impl Drop for Txn {
         }
         // The dirty nodes' buffers serve the next transaction's copies.
         let ps = self.limits.page_size;
+        let most = self
+            .trees
+            .iter()
+            .map(|t| t.nodes.len())
+            .fold(self.nodes.len(), usize::max);
         let spare = &mut self.writer.spare_nodes;
+        spare.note_arena_len(most);
         for n in self.trees.iter_mut().flat_map(|t| t.nodes.drain(..)) {
             spare.put(n, ps);
         }
