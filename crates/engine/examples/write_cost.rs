@@ -6,7 +6,9 @@
 //! valgrind --tool=callgrind --toggle-collect='*write_cost::owa*' \
 //!     target/release/examples/write_cost 20000 2000
 //! ```
-//! Arguments: documents (default 20000), owa commits (default 2000).
+//! Arguments: documents (default 20000), owa commits (default 2000). With
+//! `WRITE_COST_CT=FRACTION` the database has that compaction threshold, and the run prints how
+//! many background compactions it made.
 
 use larch_engine::{Db, Durability, Options, Policy};
 
@@ -78,15 +80,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let docs = args.next().flatten().unwrap_or(20_000);
     let commits = args.next().flatten().unwrap_or(2_000);
     let dir = tempfile::tempdir()?;
+    let ct = std::env::var("WRITE_COST_CT")
+        .ok()
+        .map(|v| v.parse::<f64>())
+        .transpose()?;
     let opts = Options::default()
         .policy(Policy::FirstFit)
-        .durability(Durability::Sync);
+        .durability(Durability::Sync)
+        .compaction_threshold(ct);
     let db = Db::open(dir.path().join("w.larch"), opts)?;
+    let t = std::time::Instant::now();
     load(&db, docs)?;
     let loaded = db.io_stats().bytes_written;
     report(&db, "load")?;
+    println!(
+        "load: {:.2} s, {} background compactions",
+        t.elapsed().as_secs_f64(),
+        db.compactions()
+    );
     owa(&db, docs, commits)?;
     report(&db, "owa")?;
+    if ct.is_some() {
+        println!("background compactions in all: {}", db.compactions());
+    }
     let rx = db.begin_read()?;
     let n = rx.open_tree("t")?.len()?;
     assert_eq!(n, docs);
