@@ -102,6 +102,10 @@ impl Compaction {
 /// stayed free through the last two sync windows (a window ends when the durable txid
 /// advances), the fewest free pages seen over them. Pages that only readers hold count as
 /// free: compaction routes around a long-lived reader (it keeps the old file until it ends).
+/// Pages on their way back to the free set (the next begin's releases, the newest commit's
+/// frees while it is not durable) count less what the last commit took from the free set per
+/// commit in flight ([`Trigger::taken_since_begin`]): every commit frees its copied pages again,
+/// so a minimum taken after each commit never sees them used.
 /// A file that compaction created starts with
 /// the free pages its catch-up commits left; they count only once the writer has used them.
 ///
@@ -129,6 +133,9 @@ pub(crate) struct Trigger {
     /// ends anyway (see [`Trigger::observe`]).
     window_base: u64,
     span: u64,
+    /// Free pages when the last transaction began, after its releases
+    /// ([`Trigger::began`]).
+    free_at_begin: u64,
 }
 
 impl Trigger {
@@ -185,6 +192,22 @@ impl Trigger {
             None => 0,
         };
         slack - base
+    }
+
+    /// A transaction began with `free` pages in the free set (after what its begin released).
+    pub(crate) fn began(&mut self, free: u64) {
+        self.free_at_begin = free;
+    }
+
+    /// Pages the transaction since [`Trigger::began`] took from the free set, given what it
+    /// holds now: the working space a commit like it takes from what the next ones release.
+    pub(crate) fn taken_since_begin(&self, free: u64) -> u64 {
+        self.free_at_begin.saturating_sub(free)
+    }
+
+    /// No commit since the last look: nothing takes the pages on their way back.
+    pub(crate) fn idle(&self) -> bool {
+        self.started && self.commits == 0
     }
 
     /// A file made by compaction: its leftover free pages are not the writer's.

@@ -71,6 +71,26 @@ impl ReaderPinned {
         reusable.iter().map(|&(_, n)| n).sum()
     }
 
+    /// Pages freed by a transaction <= `txid`: one step per transaction at or below it, so
+    /// cheap for the limit the next [`ReaderPinned::release`] takes.
+    pub fn freed_through(&self, txid: TxId) -> u64 {
+        Self::sum(self.by_txid.range(..=txid))
+    }
+
+    /// Pages freed by a transaction > `txid`: one step per transaction above it, so cheap for
+    /// the newest one or two.
+    pub fn freed_after(&self, txid: TxId) -> u64 {
+        match txid.checked_add(1) {
+            Some(from) => Self::sum(self.by_txid.range(from..)),
+            None => 0,
+        }
+    }
+
+    fn sum<'a>(runs: impl Iterator<Item = (&'a TxId, &'a Vec<(PageId, u64, TxId)>)>) -> u64 {
+        runs.map(|(_, r)| r.iter().map(|&(_, n, _)| n).sum::<u64>())
+            .sum()
+    }
+
     /// Pages waiting.
     pub fn len(&self) -> u64 {
         self.pages

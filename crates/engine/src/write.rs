@@ -208,6 +208,8 @@ impl Txn {
             &mut writer_ref.free,
         );
         writer.free.release(readers_safe.min(durable));
+        let free_now = writer.free.free_pages();
+        writer.trigger.began(free_now);
         let meta = base.meta;
         let limits = Limits::new(meta.page_size as usize);
         let map = db.pager.map();

@@ -80,6 +80,16 @@ impl Pending {
         runs
     }
 
+    /// Pages freed by a transaction <= `txid`, for any `txid`: one step per transaction at or
+    /// below it still pending, so cheap for the limit the next [`Pending::release`] takes
+    /// (what it would hand back), not for a txid far above the oldest pending.
+    pub fn freed_through(&self, txid: TxId) -> u64 {
+        self.by_tx
+            .range(..=txid)
+            .map(|(_, runs)| runs.iter().map(|&(_, n)| n).sum::<u64>())
+            .sum()
+    }
+
     /// Pages freed by a transaction <= `txid`, for a `txid` that only grows between calls
     /// (the durable txid: what is still pending from then on waits only for readers).
     /// Amortized O(1): each transaction's frees are counted once, when the mark passes it.
@@ -125,6 +135,26 @@ impl Pending {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn freed_through_counts_any_prefix_and_leaves_the_mark_alone() {
+        let mut p = Pending::new();
+        p.add(1, 10, 2);
+        p.add(2, 20, 3);
+        p.add(2, 25, 1);
+        p.add(5, 30, 4);
+        assert_eq!(p.freed_through(0), 0);
+        assert_eq!(p.freed_through(1), 2);
+        assert_eq!(p.freed_through(2), 6);
+        assert_eq!(p.freed_through(4), 6);
+        assert_eq!(p.freed_through(u64::MAX), 10);
+        assert_eq!(p.freed_up_to(5), 10);
+        // A smaller txid after the mark passed it still counts only its prefix.
+        assert_eq!(p.freed_through(1), 2);
+        p.release(2);
+        assert_eq!(p.freed_through(5), 4);
+        assert_eq!(p.freed_through(2), 0);
+    }
+
     #[test]
     fn freed_up_to_counts_what_a_growing_mark_has_passed() {
         let mut p = Pending::new();
