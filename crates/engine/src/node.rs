@@ -9,7 +9,7 @@ use larch_pager::{PageHeader, PageRole, PageType, PAGE_HEADER_SIZE};
 
 use crate::error::{Error, Result};
 use crate::node_page::{
-    u16_at, NodePage, BRANCH_CELL, BRANCH_CHILD, FLAG_OVERFLOW, LEAF_CELL, SLOT,
+    compare_keys, u16_at, NodePage, BRANCH_CELL, BRANCH_CHILD, FLAG_OVERFLOW, LEAF_CELL, SLOT,
 };
 use crate::{PageId, TxId};
 
@@ -361,15 +361,22 @@ impl Node {
     #[inline]
     pub fn search(&self, key: &[u8]) -> std::result::Result<usize, usize> {
         self.ents.binary_search_by(|e| {
-            self.bytes[e.at as usize..e.at as usize + e.klen as usize].cmp(key)
+            compare_keys(
+                &self.bytes[e.at as usize..e.at as usize + e.klen as usize],
+                key,
+            )
         })
     }
 
     /// Branch: the child holding `key` (the last separator <= key; separator 0 is ignored).
     #[inline]
     pub fn child_index(&self, key: &[u8]) -> usize {
-        self.ents[1..]
-            .partition_point(|e| &self.bytes[e.at as usize..e.at as usize + e.klen as usize] <= key)
+        self.ents[1..].partition_point(|e| {
+            compare_keys(
+                &self.bytes[e.at as usize..e.at as usize + e.klen as usize],
+                key,
+            ) != std::cmp::Ordering::Greater
+        })
     }
 
     /// Bytes entry `i` takes.

@@ -132,7 +132,7 @@ pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 /// Byte-wise (lexicographic) order of keys, as `<[u8]>::cmp`, eight bytes at a time: the
 /// keys of a search are short, and a call to memcmp per probe cost more than the compare.
 #[inline(always)]
-fn compare_keys(mut a: &[u8], mut b: &[u8]) -> std::cmp::Ordering {
+pub(crate) fn compare_keys(mut a: &[u8], mut b: &[u8]) -> std::cmp::Ordering {
     while let (Some((x, ra)), Some((y, rb))) =
         (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
     {
