@@ -166,7 +166,7 @@ impl Txn {
             // Only a root is a leaf here: a branch handles its leaves' overflow itself.
             (existed, at_end) = self.insert_in_leaf(id, key, val);
         } else {
-            let i = self.nodes[id].child_index(key);
+            let i = self.nodes[id].child_index_counted(key);
             let role = self.nodes[id].role;
             let c = self.touch(self.nodes[id].children[i], role)?;
             self.nodes[id].children[i] = Child::Node(c);

@@ -135,10 +135,14 @@ impl SpareNodes {
 
 /// One entry of a dirty node: where its key and value sit in the node's byte arena. An inline
 /// value follows the key; for a value in an overflow run, the run's first page id follows the
-/// key (8 bytes, little-endian, as in the page's cell) and `vlen` is the value's length. Twelve
-/// bytes, so a transaction's dirty leaves cost little more than their pages.
+/// key (8 bytes, little-endian, as in the page's cell) and `vlen` is the value's length.
+/// Twenty-four bytes: a transaction's dirty leaves cost little more than their pages.
 #[derive(Clone, Copy, Debug)]
 struct Ent {
+    /// The key's first eight bytes as a big-endian number, zeros past its end ([`key_prefix`]):
+    /// a search decides most probes on it without reading the key in the arena, a cache
+    /// miss of its own in a tree much larger than the caches.
+    pre: u64,
     /// Offset of the key in `Node::bytes`.
     at: u32,
     /// Inline value length, or the overflow value's length (0 in branches).
@@ -146,6 +150,37 @@ struct Ent {
     klen: u16,
     /// `OVERFLOW`, `FRESH`.
     flags: u8,
+}
+
+/// The first eight bytes of `key`, big-endian, zeros past its end: where two keys' prefixes
+/// differ, they order as the keys do (a key that ends inside the eight bytes is a prefix of any
+/// longer key with the same bytes, and the zero padding sorts it first or equal); where they
+/// are equal the keys must be compared.
+#[inline(always)]
+fn key_prefix(key: &[u8]) -> u64 {
+    match key.first_chunk::<8>() {
+        Some(k) => u64::from_be_bytes(*k),
+        None => {
+            let mut b = [0u8; 8];
+            b[..key.len()].copy_from_slice(key);
+            u64::from_be_bytes(b)
+        }
+    }
+}
+
+/// [`key_prefix`] of the `klen`-byte key at `at` in `b`, with one load where eight bytes lie
+/// there (decode does it for every entry of every page it copies); 0 for a key outside `b`
+/// (decode fails then anyway).
+#[inline(always)]
+fn key_prefix_at(b: &[u8], at: usize, klen: usize) -> u64 {
+    match b.get(at..).and_then(|c| c.first_chunk::<8>()) {
+        Some(k) => {
+            // Zero the bytes past the key's end: shifting by 64 (klen >= 8) keeps them all.
+            let keep = (!0u64).checked_shr(8 * klen.min(8) as u32).unwrap_or(0);
+            u64::from_be_bytes(*k) & !keep
+        }
+        None => b.get(at..at + klen).map_or(0, key_prefix),
+    }
 }
 
 /// The value is in an overflow run.
@@ -243,7 +278,22 @@ pub struct Node {
     image: bool,
     /// With `image`: offset of the lowest cell, the end of the free gap.
     low: usize,
+    /// Every entry's `Ent::pre` is its key's prefix, so searches may decide on it. A branch
+    /// copied from a page is not: a one-key commit copies two or three branches of ~200
+    /// separators and searches each once, and their prefixes would cost it more than they
+    /// save (8% of an Async one-key overwrite's instructions); branches are few and stay in
+    /// the caches, where a leaf search in a large dirty tree misses on every key it reads.
+    /// Entries made by edits always carry their prefix; moving entries out of a node
+    /// without them takes the flag along; [`Node::child_index_counted`] gives a branch its
+    /// prefixes once it has been searched [`PREFIX_AFTER`] times.
+    prefixed: bool,
+    /// Searches of this node through [`Node::child_index_counted`] while not `prefixed`.
+    searches: u8,
 }
+
+/// Searches of a branch copied without prefixes after which it computes them: a one-key
+/// commit searches each branch once, a bulk insert thousands of times.
+const PREFIX_AFTER: u8 = 8;
 
 impl Node {
     /// An empty leaf (or branch) on `page`.
@@ -261,6 +311,8 @@ impl Node {
             hot: false,
             image: false,
             low: 0,
+            prefixed: true,
+            searches: 0,
         }
     }
 
@@ -297,6 +349,13 @@ impl Node {
     pub fn key(&self, i: usize) -> &[u8] {
         let e = &self.ents[i];
         &self.bytes[e.at as usize..e.at as usize + e.klen as usize]
+    }
+
+    /// Every entry's cached prefix is its key's (tests: a key edited without its prefix
+    /// would misorder searches).
+    #[cfg(test)]
+    fn prefixes_hold(&self) -> bool {
+        !self.prefixed || (0..self.len()).all(|i| self.ents[i].pre == key_prefix(self.key(i)))
     }
 
     /// The last key.
@@ -360,23 +419,65 @@ impl Node {
     /// Leaf: position of `key`, or where it would be inserted.
     #[inline]
     pub fn search(&self, key: &[u8]) -> std::result::Result<usize, usize> {
-        self.ents.binary_search_by(|e| {
-            compare_keys(
+        if !self.prefixed {
+            return self.ents.binary_search_by(|e| {
+                compare_keys(
+                    &self.bytes[e.at as usize..e.at as usize + e.klen as usize],
+                    key,
+                )
+            });
+        }
+        let pre = key_prefix(key);
+        self.ents.binary_search_by(|e| match e.pre.cmp(&pre) {
+            std::cmp::Ordering::Equal => compare_keys(
                 &self.bytes[e.at as usize..e.at as usize + e.klen as usize],
                 key,
-            )
+            ),
+            o => o,
         })
     }
 
     /// Branch: the child holding `key` (the last separator <= key; separator 0 is ignored).
     #[inline]
     pub fn child_index(&self, key: &[u8]) -> usize {
-        self.ents[1..].partition_point(|e| {
-            compare_keys(
-                &self.bytes[e.at as usize..e.at as usize + e.klen as usize],
-                key,
-            ) != std::cmp::Ordering::Greater
+        if !self.prefixed {
+            return self.ents[1..].partition_point(|e| {
+                compare_keys(
+                    &self.bytes[e.at as usize..e.at as usize + e.klen as usize],
+                    key,
+                ) != std::cmp::Ordering::Greater
+            });
+        }
+        let pre = key_prefix(key);
+        self.ents[1..].partition_point(|e| match e.pre.cmp(&pre) {
+            std::cmp::Ordering::Equal => {
+                compare_keys(
+                    &self.bytes[e.at as usize..e.at as usize + e.klen as usize],
+                    key,
+                ) != std::cmp::Ordering::Greater
+            }
+            o => o == std::cmp::Ordering::Less,
         })
+    }
+
+    /// [`Node::child_index`] on the path of an edit: a branch without prefixes that has been
+    /// searched [`PREFIX_AFTER`] times computes them first.
+    pub fn child_index_counted(&mut self, key: &[u8]) -> usize {
+        if !self.prefixed {
+            self.searches = self.searches.saturating_add(1);
+            if self.searches >= PREFIX_AFTER {
+                self.set_prefixes();
+            }
+        }
+        self.child_index(key)
+    }
+
+    /// Give every entry its key's prefix.
+    fn set_prefixes(&mut self) {
+        for e in &mut self.ents {
+            e.pre = key_prefix(&self.bytes[e.at as usize..e.at as usize + e.klen as usize]);
+        }
+        self.prefixed = true;
     }
 
     /// Bytes entry `i` takes.
@@ -417,6 +518,7 @@ impl Node {
             }
         };
         Ent {
+            pre: key_prefix(key),
             at,
             vlen,
             klen: key.len() as u16,
@@ -494,6 +596,7 @@ impl Node {
         self.ents.insert(
             i,
             Ent {
+                pre: key_prefix(key),
                 at: ks as u32,
                 vlen,
                 klen: key.len() as u16,
@@ -552,6 +655,7 @@ impl Node {
         let new = self.ent(&[], val);
         self.size -= self.entry_size(i);
         self.ents[i] = Ent {
+            pre: e.pre,
             at,
             klen: e.klen,
             vlen: new.vlen,
@@ -572,6 +676,7 @@ impl Node {
             self.bytes[s..s + key.len()].copy_from_slice(key);
             let shorter = old.klen as usize - key.len();
             self.ents[i].klen = key.len() as u16;
+            self.ents[i].pre = key_prefix(key);
             self.size -= shorter;
             self.dead += shorter;
             return;
@@ -614,6 +719,7 @@ impl Node {
     pub fn split_off(&mut self, at: usize, page: PageId) -> Node {
         self.image = false;
         let mut right = Node::empty(page, self.leaf, self.role);
+        right.prefixed = self.prefixed;
         let moved = self.ents.split_off(at);
         let held: usize = moved.iter().map(Ent::held).sum();
         right.bytes.reserve(held);
@@ -640,6 +746,7 @@ impl Node {
     pub fn move_entries(&mut self, from: std::ops::Range<usize>, dst: &mut Node, at: usize) {
         self.image = false;
         dst.image = false;
+        dst.prefixed &= self.prefixed;
         let mut held = 0;
         let mut size = 0;
         for e in &self.ents[from.clone()] {
@@ -674,6 +781,7 @@ impl Node {
     pub fn append(&mut self, other: &mut Node) {
         self.image = false;
         other.image = false;
+        self.prefixed &= other.prefixed;
         let base = self.bytes.len() as u32;
         self.bytes.extend_from_slice(&other.bytes);
         self.dead += other.dead;
@@ -750,8 +858,10 @@ impl Node {
                 ok &= off >= first_cell && off + LEAF_CELL + klen + stored <= b.len();
                 low = low.min(off);
                 held += klen + stored;
+                let ks = off + LEAF_CELL;
                 Ent {
-                    at: (off + LEAF_CELL) as u32,
+                    pre: key_prefix_at(b, ks, klen),
+                    at: ks as u32,
                     vlen,
                     klen: klen as u16,
                     flags: if overflow { OVERFLOW } else { 0 },
@@ -768,8 +878,10 @@ impl Node {
                     };
                     ok &= off >= first_cell && off + BRANCH_CELL + klen <= b.len();
                     held += klen;
+                    let ks = off + BRANCH_CELL;
                     Ent {
-                        at: (off + BRANCH_CELL) as u32,
+                        pre: 0,
+                        at: ks as u32,
                         vlen: 0,
                         klen: klen as u16,
                         flags: 0,
@@ -792,6 +904,7 @@ impl Node {
         }
         n.dead = n.bytes.len() - held;
         n.image = true;
+        n.prefixed = page.leaf;
         n.low = low;
         // Every entry's slot and cell header, plus what it holds (`entry_size`).
         n.size = page.count * (SLOT + hdr) + held;
@@ -1150,10 +1263,12 @@ mod image_tests {
             prop_assert!(fast.image);
             let mut slow = fast.clone();
             slow.image = false;
+            prop_assert!(fast.prefixes_hold());
             for e in &edits {
                 apply(&mut fast, e);
                 apply(&mut slow, e);
                 prop_assert_eq!(fast.size, slow.size);
+                prop_assert!(fast.prefixes_hold() && slow.prefixes_hold());
             }
             let (mut a, mut b) = (Vec::new(), Vec::new());
             fast.encode(&mut a, PS, 4, |_| 0);
@@ -1251,6 +1366,89 @@ mod image_tests {
             fast.encode(&mut a, PS, 4, |n| 9000 + n as u64);
             slow.encode(&mut b, PS, 4, |n| 9000 + n as u64);
             prop_assert_eq!(a, b);
+        }
+
+        /// Searches of a dirty node decide on the cached prefixes where they differ: over keys
+        /// that share prefixes, end inside the first eight bytes or are prefixes of each
+        /// other, with 0x00 and 0xFF bytes, `search` and `child_index` answer as a scan with
+        /// slice order does, and every edit of a branch (insert, set_key shorter and longer,
+        /// remove, split, moves, append) keeps the prefixes.
+        #[test]
+        fn dirty_node_searches_order_keys_as_slices_do(
+            keys in prop::collection::btree_set(
+                prop::collection::vec(prop::sample::select(vec![0u8, 1, 0x7f, 0xff]), 0..18),
+                1..60,
+            ),
+            probes in prop::collection::vec(
+                prop::collection::vec(prop::sample::select(vec![0u8, 1, 0x7f, 0xff]), 0..18),
+                1..40,
+            ),
+            ops in prop::collection::vec((0..8u8, any::<usize>(), prop::collection::vec(any::<u8>(), 0..20)), 0..30),
+        ) {
+            let keys: Vec<Vec<u8>> = keys.into_iter().collect();
+            let mut leaf = Node::empty(9, true, PageRole::Data);
+            let mut branch = Node::empty(9, false, PageRole::Data);
+            for (i, k) in keys.iter().enumerate() {
+                leaf.push(k, Val::Inline(b"v"));
+                branch.push_child(k, Child::Page(100 + i as u64));
+            }
+            prop_assert!(leaf.prefixes_hold() && branch.prefixes_hold());
+            // The same entries copied from pages: a leaf with prefixes, a branch without.
+            let set: std::collections::BTreeSet<Vec<u8>> = keys.iter().cloned().collect();
+            let (lp, bp) = (leaf_page(&set, 1), branch_page(&set));
+            let dleaf = Node::decode(&NodePage::parse(9, &lp, PageRole::Data).unwrap(), 9, PageRole::Data).unwrap();
+            let dbranch = Node::decode(&NodePage::parse(9, &bp, PageRole::Data).unwrap(), 9, PageRole::Data).unwrap();
+            prop_assert!(dleaf.prefixed && !dbranch.prefixed && dleaf.prefixes_hold());
+            let (nl, nb) = (dleaf.len(), dbranch.len());
+            for p in &probes {
+                let want = keys.binary_search(p);
+                prop_assert_eq!(leaf.search(p), want);
+                prop_assert_eq!(dleaf.search(p), keys[..nl].binary_search(p));
+                // Separators 1.. are keys[1..]; the child is the last one <= p.
+                let want_child = keys[1..].iter().filter(|k| k.as_slice() <= p.as_slice()).count();
+                prop_assert_eq!(branch.child_index(p), want_child);
+                let want_child = keys[1..nb].iter().filter(|k| k.as_slice() <= p.as_slice()).count();
+                prop_assert_eq!(dbranch.child_index(p), want_child);
+            }
+            // Edits in any order, entries moving between a branch with prefixes and one copied
+            // from its page, keep every prefix that searches use its key's.
+            let mut other = dbranch;
+            for (op, at, key) in &ops {
+                let n = branch.len();
+                match op {
+                    0 => branch.insert_child(at % (n + 1), key, Child::Page(7)),
+                    1 if n > 0 => branch.set_key(at % n, key),
+                    2 if n > 1 => branch.remove_key(at % n),
+                    3 if n > 2 && other.len() > 2 => {
+                        let node = if at % 2 == 0 { &mut branch } else { &mut other };
+                        let m = node.len();
+                        let mut right = node.split_off(at / 2 % (m - 1) + 1, 11);
+                        prop_assert!(right.prefixes_hold());
+                        node.append(&mut right);
+                    }
+                    4 if n > 2 => {
+                        let from = at % n;
+                        let to = (from + 1 + at / 7 % 3).min(n);
+                        let dst_at = other.len();
+                        branch.move_entries(from..to, &mut other, dst_at);
+                    }
+                    5 if other.len() > 0 => branch.append(&mut other),
+                    7 if other.len() > 0 => {
+                        for _ in 0..PREFIX_AFTER {
+                            other.child_index_counted(key);
+                        }
+                        prop_assert!(other.prefixed);
+                    }
+                    6 if other.len() > 2 => {
+                        let m = other.len();
+                        let from = at % m;
+                        let to = (from + 1 + at / 7 % 3).min(m);
+                        other.move_entries(from..to, &mut branch, at % (n + 1));
+                    }
+                    _ => {}
+                }
+                prop_assert!(branch.prefixes_hold() && other.prefixes_hold());
+            }
         }
     }
 }
