@@ -752,3 +752,62 @@ fn threshold_compaction_leaves_a_bulk_load_of_a_reusing_policy_alone() {
         );
     }
 }
+
+/// A reader of the old file that outlives a background switch reads the old inode, which
+/// nothing writes any more: it must not pin the pages of the new file. Its lock-file slot
+/// held an old-file txid, which the new file's writer took for one of its own readers, so
+/// the new file reused nothing while the reader lived: under FirstFit it grew as under Null
+/// and was compacted again every few commits (23 times in 200 commits, against once without
+/// the reader).
+#[test]
+#[ignore = "fails: the old file's lock-file reader slots pin the new file (fixed next commit)"]
+fn a_reader_of_the_old_file_does_not_pin_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pinned.larch");
+    let opts = Options::default()
+        .policy(Policy::FirstFit)
+        .durability(Durability::Sync)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(std::time::Duration::from_secs(3600));
+    let db = Db::open(&path, opts).unwrap();
+    fill_20k(&db);
+    let rx = db.begin_read().unwrap();
+    keep_one_in_ten(&db);
+    let mut x = 88172645463325252u64;
+    let mut after_first = None;
+    for c in 0..200u32 {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for _ in 0..5 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = (x % 2000) as u32 * 10;
+                t.insert(&k.to_be_bytes(), &[c as u8; 200]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let _ = db.wait_for_compaction();
+        if db.compactions() == 1 && after_first.is_none() {
+            after_first = Some(db.stats().unwrap().high_water);
+        }
+    }
+    let first = after_first.expect("the delete was never compacted");
+    let end = db.stats().unwrap();
+    assert_eq!(
+        db.compactions(),
+        1,
+        "the new file was compacted again while the old file's reader lived"
+    );
+    assert!(
+        end.high_water < first + 40,
+        "the new file reused nothing: high-water {first} -> {}",
+        end.high_water
+    );
+    // The reader still sees its snapshot, in the old file.
+    assert_eq!(rx.open_tree("t").unwrap().len().unwrap(), 20_000);
+    drop(rx);
+    db.check().unwrap();
+}
