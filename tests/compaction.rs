@@ -760,7 +760,6 @@ fn threshold_compaction_leaves_a_bulk_load_of_a_reusing_policy_alone() {
 /// and was compacted again every few commits (23 times in 200 commits, against once without
 /// the reader).
 #[test]
-#[ignore = "fails: the old file's lock-file reader slots pin the new file (fixed next commit)"]
 fn a_reader_of_the_old_file_does_not_pin_the_new_one() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pinned.larch");

@@ -347,6 +347,8 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     let after = open_file.pager.file_len();
     *h.current.write() = open_file;
     old.retired.store(true, Ordering::Release);
+    // The old file's readers pin nothing of the new one (no process writes the old inode).
+    old.readers.release_slots();
     // Cached snapshots of the old file would keep it open; new reads go to the new one.
     h.snapshots.clear();
     drop(w);
