@@ -810,3 +810,68 @@ fn a_reader_of_the_old_file_does_not_pin_the_new_one() {
     drop(rx);
     db.check().unwrap();
 }
+
+/// A large delete, then a steady trickle of small Async commits and no `Db::sync`: the free
+/// pages reused are a few per commit, so nothing waits for a durable point long and the durable
+/// txid stands still. Windows ended only at a durable advance, a growth of free pages by the
+/// unsynced limit, or a check with no commit since the last, none of which comes: the window
+/// before the delete (nothing free) stayed the previous one forever, and a file four fifths
+/// free was never compacted, where the same trickle of Sync commits compacts at once.
+#[test]
+#[ignore = "fails: the window never ends while commits keep coming and the durable txid stands still (fixed next commit)"]
+fn threshold_compaction_runs_under_a_trickle_of_async_commits_after_a_large_delete() {
+    for policy in [Policy::FirstFit, Policy::BestFit] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trickle.larch");
+        let opts = Options::default()
+            .policy(policy)
+            .durability(Durability::Async)
+            .compaction_threshold(Some(0.3))
+            .compaction_min_bytes(0)
+            .compaction_check_every(std::time::Duration::from_millis(20));
+        let db = Db::open(&path, opts).unwrap();
+        fill_20k(&db);
+        db.sync().unwrap();
+        keep_one_in_ten(&db);
+        let before = std::fs::metadata(&path).unwrap().len();
+        let mut x = 88172645463325252u64;
+        let start = std::time::Instant::now();
+        let mut c = 0u32;
+        while db.compactions() == 0 && start.elapsed() < std::time::Duration::from_secs(10) {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for _ in 0..5 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = (x % 2000) as u32 * 10;
+                    t.insert(&k.to_be_bytes(), &[c as u8; 200]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            c += 1;
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            db.compactions() >= 1,
+            "{policy:?}: {c} commits over 10 s never compacted a file of {before} bytes, mostly free"
+        );
+        let _ = db.wait_for_compaction();
+        let after = std::fs::metadata(&path).unwrap().len();
+        assert!(
+            after * 3 < before,
+            "{policy:?}: compaction gave back too little: {before} -> {after}"
+        );
+        db.check().unwrap();
+        assert_eq!(
+            db.begin_read()
+                .unwrap()
+                .open_tree("t")
+                .unwrap()
+                .len()
+                .unwrap(),
+            2000
+        );
+    }
+}
