@@ -160,7 +160,7 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
         .limit(committed.live_pages * ps)
         .map_or(u64::MAX, |b| b / ps);
     let slack = if quiet {
-        w.trigger.quiet(free, durable, span)
+        w.trigger.quiet(free, durable, span, hw)
     } else {
         w.trigger.observe(free, durable, span)
     };
