@@ -752,3 +752,166 @@ fn threshold_compaction_leaves_a_bulk_load_of_a_reusing_policy_alone() {
         );
     }
 }
+
+/// A reader of the old file that outlives a background switch reads the old inode, which
+/// nothing writes any more: it must not pin the pages of the new file. Its lock-file slot
+/// held an old-file txid, which the new file's writer took for one of its own readers, so
+/// the new file reused nothing while the reader lived: under FirstFit it grew as under Null
+/// and was compacted again every few commits (23 times in 200 commits, against once without
+/// the reader).
+#[test]
+fn a_reader_of_the_old_file_does_not_pin_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pinned.larch");
+    let opts = Options::default()
+        .policy(Policy::FirstFit)
+        .durability(Durability::Sync)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(std::time::Duration::from_secs(3600));
+    let db = Db::open(&path, opts).unwrap();
+    fill_20k(&db);
+    let rx = db.begin_read().unwrap();
+    keep_one_in_ten(&db);
+    let mut x = 88172645463325252u64;
+    let mut after_first = None;
+    for c in 0..200u32 {
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for _ in 0..5 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = (x % 2000) as u32 * 10;
+                t.insert(&k.to_be_bytes(), &[c as u8; 200]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let _ = db.wait_for_compaction();
+        if db.compactions() == 1 && after_first.is_none() {
+            after_first = Some(db.stats().unwrap().high_water);
+        }
+    }
+    let first = after_first.expect("the delete was never compacted");
+    let end = db.stats().unwrap();
+    assert_eq!(
+        db.compactions(),
+        1,
+        "the new file was compacted again while the old file's reader lived"
+    );
+    assert!(
+        end.high_water < first + 40,
+        "the new file reused nothing: high-water {first} -> {}",
+        end.high_water
+    );
+    // The reader still sees its snapshot, in the old file.
+    assert_eq!(rx.open_tree("t").unwrap().len().unwrap(), 20_000);
+    drop(rx);
+    db.check().unwrap();
+}
+
+/// A large delete, then a steady trickle of small Async commits and no `Db::sync`: the free
+/// pages reused are a few per commit, so nothing waits for a durable point long and the durable
+/// txid stands still. Windows ended only at a durable advance, a growth of free pages by the
+/// unsynced limit, or a check with no commit since the last, none of which comes: the window
+/// before the delete (nothing free) stayed the previous one forever, and a file four fifths
+/// free was never compacted, where the same trickle of Sync commits compacts at once.
+#[test]
+fn threshold_compaction_runs_under_a_trickle_of_async_commits_after_a_large_delete() {
+    for policy in [Policy::FirstFit, Policy::BestFit] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trickle.larch");
+        let opts = Options::default()
+            .policy(policy)
+            .durability(Durability::Async)
+            .compaction_threshold(Some(0.3))
+            .compaction_min_bytes(0)
+            .compaction_check_every(std::time::Duration::from_millis(20));
+        let db = Db::open(&path, opts).unwrap();
+        fill_20k(&db);
+        db.sync().unwrap();
+        keep_one_in_ten(&db);
+        let before = std::fs::metadata(&path).unwrap().len();
+        let mut x = 88172645463325252u64;
+        let start = std::time::Instant::now();
+        let mut c = 0u32;
+        while db.compactions() == 0 && start.elapsed() < std::time::Duration::from_secs(10) {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for _ in 0..5 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = (x % 2000) as u32 * 10;
+                    t.insert(&k.to_be_bytes(), &[c as u8; 200]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            c += 1;
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            db.compactions() >= 1,
+            "{policy:?}: {c} commits over 10 s never compacted a file of {before} bytes, mostly free"
+        );
+        let _ = db.wait_for_compaction();
+        let after = std::fs::metadata(&path).unwrap().len();
+        assert!(
+            after * 3 < before,
+            "{policy:?}: compaction gave back too little: {before} -> {after}"
+        );
+        db.check().unwrap();
+        assert_eq!(
+            db.begin_read()
+                .unwrap()
+                .open_tree("t")
+                .unwrap()
+                .len()
+                .unwrap(),
+            2000
+        );
+    }
+}
+
+/// The load of `threshold_compaction_leaves_a_bulk_load_of_a_reusing_policy_alone` at the pace
+/// of a writer that pauses between commits, with the timer looking in between: the durable
+/// txid stands still over many checks, but the file grows, so its free pages are working
+/// space and those checks do not end the window (ending it at every check where the durable
+/// txid had not moved compacted this load four commits in).
+#[test]
+fn threshold_compaction_leaves_a_paced_load_alone_while_the_timer_looks() {
+    for policy in [Policy::FirstFit, Policy::BestFit] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options::default()
+            .policy(policy)
+            .durability(Durability::Async)
+            .compaction_threshold(Some(0.25))
+            .compaction_min_bytes(0)
+            .compaction_check_every(std::time::Duration::from_millis(20));
+        let db = Db::open(dir.path().join("paced.larch"), opts).unwrap();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..40 {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for _ in 0..1000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    t.insert(&x.to_be_bytes(), &[3u8; 256]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(15));
+        }
+        let _ = db.wait_for_compaction();
+        assert_eq!(
+            db.compactions(),
+            0,
+            "{policy:?}: a paced load's working space was taken for slack"
+        );
+        db.check().unwrap();
+    }
+}

@@ -160,7 +160,7 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
         .limit(committed.live_pages * ps)
         .map_or(u64::MAX, |b| b / ps);
     let slack = if quiet {
-        w.trigger.quiet(free, durable, span)
+        w.trigger.quiet(free, durable, span, hw)
     } else {
         w.trigger.observe(free, durable, span)
     };
@@ -347,6 +347,8 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     let after = open_file.pager.file_len();
     *h.current.write() = open_file;
     old.retired.store(true, Ordering::Release);
+    // The old file's readers pin nothing of the new one (no process writes the old inode).
+    old.readers.release_slots();
     // Cached snapshots of the old file would keep it open; new reads go to the new one.
     h.snapshots.clear();
     drop(w);

@@ -136,6 +136,9 @@ pub(crate) struct Trigger {
     /// Free pages when the last transaction began, after its releases
     /// ([`Trigger::began`]).
     free_at_begin: u64,
+    /// The durable txid and high-water mark at the last check without a commit
+    /// ([`Trigger::quiet`]).
+    checked_at: Option<(crate::TxId, u64)>,
 }
 
 impl Trigger {
@@ -154,11 +157,28 @@ impl Trigger {
     /// the last one, the file is quiet and the interval ends a window as a durable advance
     /// does, so free pages that stay free through two quiet intervals count as slack. `span`
     /// as for [`Trigger::observe`].
-    pub(crate) fn quiet(&mut self, free: u64, durable: crate::TxId, span: u64) -> u64 {
-        if self.started && self.commits == 0 && durable == self.window {
+    ///
+    /// A check that finds the durable txid and the high-water mark where the last check left
+    /// them ends the window too, commits or not: a writer of Async commits that finds what it
+    /// needs in the free set (the file did not grow) may never wait for a durable point
+    /// (nothing piles up to `max_unsynced_bytes`), and without `Db::sync` its window would
+    /// never end, keeping the one before a large delete (nothing free) as the previous window
+    /// for good, so the file was never compacted. A file that grew meanwhile ran short of free
+    /// pages: what it has free is working space, and the window goes on (a load of Async
+    /// commits, `threshold_compaction_leaves_a_bulk_load_of_a_reusing_policy_alone`).
+    pub(crate) fn quiet(
+        &mut self,
+        free: u64,
+        durable: crate::TxId,
+        span: u64,
+        high_water: u64,
+    ) -> u64 {
+        let stalled = matches!(self.checked_at, Some((d, h)) if d == durable && high_water <= h);
+        if self.started && (self.commits == 0 || stalled) && durable == self.window {
             (self.prev_min, self.cur_min) = (self.cur_min, free);
             self.window_base = free;
         }
+        self.checked_at = Some((durable, high_water));
         self.commits = 0;
         self.span = span;
         self.roll(free, durable)

@@ -58,7 +58,17 @@ impl Txn {
                 node.hot = page.txid() + 1 >= self.txid;
                 self.free_written(p, 1, page.txid());
                 if self.nodes.len() == self.nodes.capacity() && self.nodes.len() >= 8 {
-                    let want = self.writer.spare_nodes.arena_hint();
+                    // No more than this tree has pages to dirty: a committed leaf holds an
+                    // entry at least and a branch two children, so at most twice its entries.
+                    // The hint is the last transaction's largest tree; without this, each
+                    // small tree of a transaction touching many reserved that much.
+                    let entries = self.trees.get(self.active).map_or(0, |t| t.entries);
+                    let pages = usize::try_from(entries.saturating_mul(2)).unwrap_or(usize::MAX);
+                    let want = self
+                        .writer
+                        .spare_nodes
+                        .arena_hint()
+                        .min(pages.saturating_add(8));
                     if want > self.nodes.len() {
                         self.nodes.reserve_exact(want - self.nodes.len());
                     }

@@ -1034,6 +1034,51 @@ mod tests {
         node
     }
 
+    /// Keys that are prefixes of each other, empty, of 7/8/9/16/17 bytes, with 0x00 and 0xff
+    /// bytes: `search` and `child_index` (eight bytes at a time, `compare_keys`) find what a
+    /// search by slice order finds, for every probe.
+    #[test]
+    fn search_and_child_index_order_keys_as_slices_do() {
+        let mut keys: Vec<Vec<u8>> = vec![Vec::new()];
+        for len in [1usize, 7, 8, 9, 15, 16, 17, 24, 25] {
+            for fill in [0x00u8, 0x01, 0x7f, 0x80, 0xfe, 0xff] {
+                keys.push(vec![fill; len]);
+                let mut k = vec![fill; len];
+                k[len - 1] = fill.wrapping_add(1);
+                keys.push(k);
+                let mut k = vec![fill; len];
+                k[len / 2] ^= 0x80;
+                keys.push(k);
+            }
+            keys.push(b"abcdefghijklmnopqrstuvwxy"[..len].to_vec());
+        }
+        keys.sort();
+        keys.dedup();
+        let mut probes = keys.clone();
+        for k in &keys {
+            let mut longer = k.clone();
+            longer.push(0);
+            probes.push(longer);
+            let mut longer = k.clone();
+            longer.push(0xff);
+            probes.push(longer);
+            if let Some((_, shorter)) = k.split_last() {
+                probes.push(shorter.to_vec());
+            }
+        }
+        let mut leaf = Node::empty(9, true, PageRole::Data);
+        let mut branch = Node::empty(10, false, PageRole::Data);
+        for (i, k) in keys.iter().enumerate() {
+            leaf.push(k, Val::Inline(b"v"));
+            branch.insert_child(i, k, Child::Page(100 + i as PageId));
+        }
+        for p in &probes {
+            assert_eq!(leaf.search(p), keys.binary_search(p), "search for {p:?}");
+            let by_slices = keys[1..].partition_point(|k| k.as_slice() <= p.as_slice());
+            assert_eq!(branch.child_index(p), by_slices, "child_index for {p:?}");
+        }
+    }
+
     #[test]
     fn overwrites_and_splits_keep_every_key_and_value_once_dead_bytes_are_shed() {
         let mut node = leaf(200);

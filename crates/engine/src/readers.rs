@@ -228,6 +228,22 @@ impl ReaderTable {
         }
     }
 
+    /// The file was switched away (background compaction): its readers read an inode that
+    /// nothing writes any more, so their lock-file slots protect nothing. Clear them: the new
+    /// file shares the lock file, and its writers would take these old-file txids for readers
+    /// of their own and reuse no page while such a reader lives. The readers carry on (their
+    /// counts stay); one that registers on this file after this claims a slot again, which
+    /// only pins more than needed until it ends.
+    pub(crate) fn release_slots(&self) {
+        for sh in self.shards.iter() {
+            let mut s = sh.0.lock();
+            if let Some(slot) = s.slot.take() {
+                slot.end();
+            }
+            s.slot_min = None;
+        }
+    }
+
     /// The oldest txid any reader holds, and how many readers there are.
     pub(crate) fn oldest(&self) -> (Option<TxId>, usize) {
         let mut oldest: Option<TxId> = None;

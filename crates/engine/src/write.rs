@@ -1051,3 +1051,64 @@ pub(crate) fn fresh_view<'a>(
         verify: false,
     }
 }
+
+#[cfg(test)]
+mod arena_tests {
+    use crate::{Db, Options};
+
+    /// The arena hint (`SpareNodes::arena_hint`) is the last transaction's largest tree: a
+    /// small tree touched after a large load must not reserve room for that many nodes (each
+    /// tree of a transaction that touches many would, so the reservations grew with the trees
+    /// touched times the largest tree: 256 MB of address space for 300 small trees).
+    #[test]
+    fn a_small_tree_reserves_no_more_nodes_than_it_has_after_a_large_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path().join("arena.larch"), Options::default()).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("small").unwrap();
+            for i in 0..40u32 {
+                t.insert(&i.to_be_bytes(), &[1u8; 900]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("big").unwrap();
+            for i in 0..100_000u32 {
+                t.insert(&i.to_be_bytes(), &[2u8; 100]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_tree("small").unwrap();
+            for i in 0..40u32 {
+                t.insert(&i.to_be_bytes(), &[3u8; 900]).unwrap();
+            }
+        }
+        let txn = tx.txn.borrow();
+        let i = txn
+            .trees
+            .iter()
+            .position(|t| t.name.as_deref() == Some("small"))
+            .unwrap();
+        let arena = if txn.active == i {
+            &txn.nodes
+        } else {
+            &txn.trees[i].nodes
+        };
+        assert!(
+            arena.len() >= 9,
+            "the small tree dirtied {} nodes",
+            arena.len()
+        );
+        // 40 entries: at most 40 leaves and 39 branches to dirty.
+        assert!(
+            arena.capacity() <= 2 * 40 + 8,
+            "{} dirty nodes of a 40-entry tree reserved room for {}",
+            arena.len(),
+            arena.capacity()
+        );
+    }
+}
