@@ -1477,8 +1477,8 @@ mod image_tests {
                         let dst_at = other.len();
                         branch.move_entries(from..to, &mut other, dst_at);
                     }
-                    5 if other.len() > 0 => branch.append(&mut other),
-                    7 if other.len() > 0 => {
+                    5 if !other.is_empty() => branch.append(&mut other),
+                    7 if !other.is_empty() => {
                         for _ in 0..PREFIX_AFTER {
                             other.child_index_counted(key);
                         }
