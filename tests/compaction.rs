@@ -539,6 +539,16 @@ fn fill_20k(db: &Db) {
     tx.commit().unwrap();
 }
 
+/// Entries of tree "t" in `db`'s newest snapshot.
+fn t_len(db: &Db) -> u64 {
+    db.begin_read()
+        .unwrap()
+        .open_tree("t")
+        .unwrap()
+        .len()
+        .unwrap()
+}
+
 /// Remove nine keys in ten of [`fill_20k`]'s, one commit: the free pages are holes all through
 /// the file, not a tail.
 fn keep_one_in_ten(db: &Db) {
@@ -581,15 +591,7 @@ fn threshold_compaction_runs_on_a_quiet_file_after_a_large_delete() {
         "compaction gave back too little: {before} -> {after}"
     );
     db.check().unwrap();
-    assert_eq!(
-        db.begin_read()
-            .unwrap()
-            .open_tree("t")
-            .unwrap()
-            .len()
-            .unwrap(),
-        2000
-    );
+    assert_eq!(t_len(&db), 2000);
 }
 
 /// Without the timer (a long interval), `Db::sync` looks at the threshold: Async commits
@@ -614,15 +616,7 @@ fn threshold_compaction_is_evaluated_on_db_sync() {
     let _ = db.wait_for_compaction();
     assert!(db.compactions() >= 1, "syncs never started the compaction");
     db.check().unwrap();
-    assert_eq!(
-        db.begin_read()
-            .unwrap()
-            .open_tree("t")
-            .unwrap()
-            .len()
-            .unwrap(),
-        2000
-    );
+    assert_eq!(t_len(&db), 2000);
 }
 
 /// Steady overwrites under every policy and durability mix, an old reader open through the
@@ -741,15 +735,7 @@ fn threshold_compaction_leaves_a_bulk_load_of_a_reusing_policy_alone() {
             );
         }
         db.check().unwrap();
-        assert_eq!(
-            db.begin_read()
-                .unwrap()
-                .open_tree("t")
-                .unwrap()
-                .len()
-                .unwrap(),
-            40_000
-        );
+        assert_eq!(t_len(&db), 40_000);
     }
 }
 
@@ -863,15 +849,7 @@ fn threshold_compaction_runs_under_a_trickle_of_async_commits_after_a_large_dele
             "{policy:?}: compaction gave back too little: {before} -> {after}"
         );
         db.check().unwrap();
-        assert_eq!(
-            db.begin_read()
-                .unwrap()
-                .open_tree("t")
-                .unwrap()
-                .len()
-                .unwrap(),
-            2000
-        );
+        assert_eq!(t_len(&db), 2000);
     }
 }
 
