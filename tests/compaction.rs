@@ -693,6 +693,22 @@ fn threshold_compaction_bounds_steady_overwrites_under_every_policy_and_durabili
     }
 }
 
+/// One Async commit of 1,000 random keys (xorshift from `x`) with 256-byte values into "t".
+fn commit_1000_random(db: &Db, x: &mut u64) {
+    let mut tx = db.begin_write().unwrap();
+    tx.set_durability(Durability::Async);
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for _ in 0..1000 {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            t.insert(&x.to_be_bytes(), &[3u8; 256]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
 /// A load of random keys in Async commits of 1,000: every commit frees the pages the ones
 /// before it copied, and the next commits take them back. That is working space, not slack,
 /// under any policy that reuses pages, and a threshold must not compact the file for it (a
@@ -710,18 +726,7 @@ fn threshold_compaction_leaves_a_bulk_load_of_a_reusing_policy_alone() {
         let db = Db::open(&path, opts).unwrap();
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..40 {
-            let mut tx = db.begin_write().unwrap();
-            tx.set_durability(Durability::Async);
-            {
-                let mut t = tx.open_tree("t").unwrap();
-                for _ in 0..1000 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    t.insert(&x.to_be_bytes(), &[3u8; 256]).unwrap();
-                }
-            }
-            tx.commit().unwrap();
+            commit_1000_random(&db, &mut x);
         }
         db.sync().unwrap();
         let _ = db.wait_for_compaction();
@@ -871,17 +876,7 @@ fn threshold_compaction_leaves_a_paced_load_alone_while_the_timer_looks() {
         let db = Db::open(dir.path().join("paced.larch"), opts).unwrap();
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..40 {
-            let tx = db.begin_write().unwrap();
-            {
-                let mut t = tx.open_tree("t").unwrap();
-                for _ in 0..1000 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    t.insert(&x.to_be_bytes(), &[3u8; 256]).unwrap();
-                }
-            }
-            tx.commit().unwrap();
+            commit_1000_random(&db, &mut x);
             std::thread::sleep(std::time::Duration::from_millis(15));
         }
         let _ = db.wait_for_compaction();
