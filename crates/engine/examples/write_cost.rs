@@ -87,7 +87,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opts = Options::default()
         .policy(Policy::FirstFit)
         .durability(Durability::Sync)
-        .compaction_threshold(ct);
+        .compaction_threshold(ct)
+        .cache_folios(match std::env::var("WRITE_COST_FOLIOS").as_deref() {
+            Ok("small") => larch_engine::CacheFolios::Small,
+            _ => larch_engine::CacheFolios::Large,
+        });
     let db = Db::open(dir.path().join("w.larch"), opts)?;
     let t = std::time::Instant::now();
     load(&db, docs)?;
