@@ -694,9 +694,9 @@ fn threshold_compaction_bounds_steady_overwrites_under_every_policy_and_durabili
 }
 
 /// One Async commit of 1,000 random keys (xorshift from `x`) with 256-byte values into "t".
-fn commit_1000_random(db: &Db, x: &mut u64) {
+fn commit_1000_random(db: &Db, x: &mut u64, durability: Durability) {
     let mut tx = db.begin_write().unwrap();
-    tx.set_durability(Durability::Async);
+    tx.set_durability(durability);
     {
         let mut t = tx.open_tree("t").unwrap();
         for _ in 0..1000 {
@@ -713,34 +713,61 @@ fn commit_1000_random(db: &Db, x: &mut u64) {
 /// before it copied, and the next commits take them back. That is working space, not slack,
 /// under any policy that reuses pages, and a threshold must not compact the file for it (a
 /// 500,000-document load compacted its file at 12 MB, 13 commits in, and ran at half speed).
-/// Under Null, which reuses nothing, the same load is all slack and compacts.
+/// Under Null, which reuses nothing, the same load is all slack and compacts. The load runs
+/// with no sync until its end, with `Db::sync` every commit and every fifth, and with every
+/// third commit Sync: a durable point releases two commits' pages at once, and the next
+/// commit leaves one commit's worth in the free set, which is the working space of the one
+/// after it (each of these compacted the load once before the trigger counted it so).
 #[test]
 fn threshold_compaction_leaves_a_bulk_load_of_a_reusing_policy_alone() {
-    for policy in [Policy::FirstFit, Policy::BestFit, Policy::Null] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("load.larch");
-        let opts = Options::default()
-            .policy(policy)
-            .compaction_threshold(Some(0.25))
-            .compaction_min_bytes(0);
-        let db = Db::open(&path, opts).unwrap();
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        for _ in 0..40 {
-            commit_1000_random(&db, &mut x);
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Syncs {
+        AtTheEnd,
+        DbSyncEvery(u32),
+        SyncCommitEvery(u32),
+    }
+    for syncs in [
+        Syncs::AtTheEnd,
+        Syncs::DbSyncEvery(1),
+        Syncs::DbSyncEvery(5),
+        Syncs::SyncCommitEvery(3),
+    ] {
+        for policy in [Policy::FirstFit, Policy::BestFit, Policy::Null] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("load.larch");
+            let opts = Options::default()
+                .policy(policy)
+                .compaction_threshold(Some(0.25))
+                .compaction_min_bytes(0);
+            let db = Db::open(&path, opts).unwrap();
+            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            for c in 1..=40 {
+                let durability = match syncs {
+                    Syncs::SyncCommitEvery(n) if c % n == 0 => Durability::Sync,
+                    _ => Durability::Async,
+                };
+                commit_1000_random(&db, &mut x, durability);
+                if matches!(syncs, Syncs::DbSyncEvery(n) if c % n == 0) {
+                    db.sync().unwrap();
+                }
+            }
+            db.sync().unwrap();
+            let _ = db.wait_for_compaction();
+            if policy == Policy::Null {
+                assert!(
+                    db.compactions() >= 1,
+                    "{syncs:?}: Null's load left only slack"
+                );
+            } else {
+                assert_eq!(
+                    db.compactions(),
+                    0,
+                    "{policy:?}, {syncs:?}: a bulk load's working space was taken for slack"
+                );
+            }
+            db.check().unwrap();
+            assert_eq!(t_len(&db), 40_000);
         }
-        db.sync().unwrap();
-        let _ = db.wait_for_compaction();
-        if policy == Policy::Null {
-            assert!(db.compactions() >= 1, "Null's load left only slack");
-        } else {
-            assert_eq!(
-                db.compactions(),
-                0,
-                "{policy:?}: a bulk load's working space was taken for slack"
-            );
-        }
-        db.check().unwrap();
-        assert_eq!(t_len(&db), 40_000);
     }
 }
 
@@ -876,7 +903,7 @@ fn threshold_compaction_leaves_a_paced_load_alone_while_the_timer_looks() {
         let db = Db::open(dir.path().join("paced.larch"), opts).unwrap();
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..40 {
-            commit_1000_random(&db, &mut x);
+            commit_1000_random(&db, &mut x, Durability::Async);
             std::thread::sleep(std::time::Duration::from_millis(15));
         }
         let _ = db.wait_for_compaction();

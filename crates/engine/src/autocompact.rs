@@ -145,13 +145,20 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
     let working = if quiet && w.trigger.idle() {
         0
     } else {
-        let commits_in_flight = if committed.txid > durable { 2 } else { 1 };
+        // Plus one: a durable point releases what waited for it at once (the pages of the
+        // commits since the last one), and the commit after it leaves up to a commit's worth
+        // of them in the free set, which the commits after it take back.
+        let commits_in_flight = if committed.txid > durable { 3 } else { 2 };
         w.trigger
             .taken_since_begin(w.free.free_pages())
             .saturating_mul(commits_in_flight)
     };
-    let held_counted = held - in_flight.min(working).min(held);
-    let free = w.free.free_pages() + held_counted;
+    // The working space comes out of the pages in flight first, and what is left of it out
+    // of the free set: after a durable point released two commits' pages at once, the next
+    // commit leaves one commit's worth in the free set for the commit after it.
+    let from_flight = in_flight.min(working).min(held);
+    let from_free = (working - from_flight).min(w.free.free_pages());
+    let free = w.free.free_pages() - from_free + (held - from_flight);
     // The working space a writer may need between durable points, in pages.
     let ps = u64::from(committed.page_size).max(1);
     let span = shared
