@@ -285,6 +285,66 @@ fn a_free_map_that_marks_every_page_of_a_tree_free_is_caught_at_its_first() {
     }
 }
 
+/// Readers descend a tree by each page's own type, while the open's walk follows the recorded
+/// depth and stops where a page's level disagrees with it: a catalog record saying depth 1
+/// for tree alpha (depth 2; the catalog leaf's checksum recomputed) hid alpha's leaves from
+/// the walk, so a current free map could mark one of them free, counters agreeing, and the
+/// file opened for writing, whose next commits would overwrite a leaf readers read. Also a
+/// record saying depth 3 (the walk takes the leaves for branches) and depth 0.
+#[test]
+fn a_tree_whose_recorded_depth_disagrees_with_its_pages_is_refused_for_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, want) = fixture(dir.path());
+    let (_, meta) = newest(&img);
+    let cat = meta.catalog.root;
+    let leaf = NodePage::parse(cat, page(&img, cat), PageRole::Catalog).unwrap();
+    let i = (0..leaf.count)
+        .find(|&i| leaf.key(i).unwrap() == b"alpha")
+        .expect("alpha's record");
+    let ValRef::Inline(record) = leaf.entry(i).unwrap().1 else {
+        panic!("alpha's record overflows")
+    };
+    let at = record.as_ptr() as usize - img.as_ptr() as usize;
+    let root = larch::raw::TreeRoot::decode(record).unwrap();
+    assert_eq!(root.depth, 2, "the fixture's alpha is a branch over leaves");
+    let alpha_leaf = NodePage::parse(root.root, page(&img, root.root), PageRole::Data)
+        .unwrap()
+        .child(1)
+        .unwrap();
+    for depth in [1u32, 3, 0] {
+        let ctx = format!("alpha recorded at depth {depth}");
+        let mut crafted = img.clone();
+        crafted[at + 16..at + 20].copy_from_slice(&depth.to_le_bytes());
+        let base = cat as usize * PS;
+        let crc = run_checksum(&crafted[base..base + PS]);
+        crafted[base + 4..base + 8].copy_from_slice(&crc.to_le_bytes());
+        // The leaf the walk no longer reaches, marked free with the counters agreeing (at
+        // depth 1 the walk cannot see it is live; at 3 and 0 it stops at the root).
+        let crafted = mark_free(&crafted, alpha_leaf);
+        let path = dir.path().join(format!("depth{depth}.larch"));
+        std::fs::write(&path, &crafted).unwrap();
+        match Db::open(&path, Options::default().create(false)) {
+            Ok(_) => panic!("{ctx}: a read-write open trusted the free map"),
+            Err(Error::Corrupt { reason, .. }) => assert!(
+                reason.contains("alpha") && reason.contains("read-only"),
+                "{ctx}: {reason}"
+            ),
+            Err(e) => panic!("{ctx}: not a Corrupt error: {e}"),
+        }
+        assert!(
+            std::fs::read(&path).unwrap() == crafted,
+            "{ctx}: the failed open changed the file"
+        );
+        // Read-only, a reader reads alpha whole where it follows the pages' types.
+        let db = Db::open(&path, Options::default().create(false).read_only(true))
+            .unwrap_or_else(|e| panic!("{ctx}: read-only open: {e}"));
+        if depth == 1 {
+            assert!(read_model(&db) == want, "{ctx}: read-only contents differ");
+        }
+        assert!(db.check().is_err(), "{ctx}: check found nothing");
+    }
+}
+
 /// What the trust check costs a read-write open: a database of `LARCH_TRUST_KEYS` (500,000)
 /// keys with 256-byte values (kept at `LARCH_TRUST_DB` if set, to compare builds on one file),
 /// opened read-write and read-only a few times each (warm page cache, or with `LARCH_TRUST_COLD`

@@ -136,6 +136,13 @@ pub(crate) trait Visitor<'a> {
         self.problem(Some(page), what)
     }
 
+    /// A tree's recorded depth disagrees with its pages (a leaf above level 1, a branch at
+    /// it, or an impossible depth). Not followed; but readers descend by each page's own
+    /// type, so what lies below is still reachable to them.
+    fn level_mismatch(&mut self, page: PageId, what: String) -> Result<()> {
+        self.problem(Some(page), what)
+    }
+
     /// Stop descending (check has seen enough problems).
     fn enough(&self) -> bool {
         false
@@ -233,8 +240,8 @@ impl<'a> Walk<'a> {
             return Ok(0);
         }
         if root.depth == 0 || root.depth > MAX_DEPTH {
-            v.problem(
-                Some(root.root),
+            v.level_mismatch(
+                root.root,
                 format!("tree {name:?} has impossible depth {}", root.depth),
             )?;
             return Ok(0);
@@ -277,8 +284,8 @@ impl<'a> Walk<'a> {
             }
         };
         if page.leaf != (level == 1) {
-            v.problem(
-                Some(id),
+            v.level_mismatch(
+                id,
                 format!(
                     "tree {name:?}: a {} at level {level} (leaves are level 1)",
                     if page.leaf { "leaf" } else { "branch" }
@@ -394,7 +401,8 @@ impl<'a> Visitor<'a> for Reach<'a> {
     /// where the free map says which pages are free (it does not mark what lies behind). A
     /// behind meta's free pages are the walk's gaps, and readers follow some things the walk
     /// does not (a cursor descends by each page's own type, not the recorded depth): there
-    /// any problem stops the read-write open.
+    /// any problem stops the read-write open; under any meta, so does a level mismatch
+    /// (`level_mismatch`).
     fn problem(&mut self, page: Option<PageId>, what: String) -> Result<()> {
         if self.strict {
             return Err(Error::corrupt(
@@ -409,6 +417,16 @@ impl<'a> Visitor<'a> for Reach<'a> {
     /// still reaches it, and then reused: the writer must not start on such a file.
     fn reached_twice(&mut self, page: PageId, what: String) -> Result<()> {
         Err(Error::corrupt(page, what))
+    }
+
+    /// Whatever the free map: readers reach what lies below such a page, and the walk, which
+    /// does not, cannot show that the free map leaves it alone (a crafted current free map
+    /// marked a leaf below a wrong depth free, and the file opened for writing).
+    fn level_mismatch(&mut self, page: PageId, what: String) -> Result<()> {
+        Err(Error::corrupt(
+            page,
+            format!("{what} (readers descend by the pages' own types)"),
+        ))
     }
 
     fn entry(
