@@ -522,11 +522,13 @@ fn crafted_metas_from_a_seeded_rng_never_panic_or_lose_live_data() {
         );
     }
     eprintln!("{n} crafted metas in {:?}: {tally:?}", start.elapsed());
-    // The generator must reach the places that matter: commits on crafted files, and free maps
-    // that mark live pages free with everything else consistent.
+    // The generator must reach the places that matter: commits on crafted files, free maps
+    // that mark live pages free with everything else consistent, and trees whose recorded
+    // depth disagrees with their pages.
     let share = |o| tally.get(&o).copied().unwrap_or(0) * 100 / n.max(1);
     if n >= 1000 {
         assert!(share(MetaOutcome::Committed) >= 10, "{tally:?}");
         assert!(share(MetaOutcome::LiveMarkedFree) >= 1, "{tally:?}");
+        assert!(share(MetaOutcome::LevelMismatch) >= 1, "{tally:?}");
     }
 }

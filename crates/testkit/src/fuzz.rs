@@ -746,6 +746,45 @@ fn find_chunk(img: &[u8], ps: usize, root: u64, depth: u32, idx: u64) -> Option<
     None
 }
 
+/// The page and offset of catalog record `pick` (modulo the count) in the catalog at `root`,
+/// when the catalog is one leaf holding it inline.
+fn find_record(img: &[u8], ps: usize, root: u64, pick: u8) -> Option<(u64, usize)> {
+    use larch::raw::{NodePage, PageRole, ValRef};
+    let bytes = page_of(img, ps, root)?;
+    let node = NodePage::parse(root, bytes, PageRole::Catalog).ok()?;
+    if !node.leaf || node.count == 0 {
+        return None;
+    }
+    let ValRef::Inline(v) = node.entry(pick as usize % node.count).ok()?.1 else {
+        return None;
+    };
+    let at = v.as_ptr() as usize - bytes.as_ptr() as usize;
+    (v.len() >= 20).then_some((root, at))
+}
+
+/// Set every run checksum of `manifest` to what its pages in `img` now hold: a crafted file can
+/// be consistent in every checksum it carries, and a commit whose manifest disagrees with its
+/// pages is taken for torn (open falls back to the meta before it).
+fn refresh_manifest(manifest: &mut [larch::raw::ManifestRun], img: &[u8], ps: usize) {
+    for r in manifest.iter_mut() {
+        let first = r.start as usize;
+        let Some(end) = first.checked_add(r.pages as usize) else {
+            continue;
+        };
+        if end.checked_mul(ps).is_none_or(|e| e > img.len()) {
+            continue;
+        }
+        let page = |i: usize| &img[i * ps..(i + 1) * ps];
+        r.checksum = if r.overflow {
+            larch::raw::stored_checksum(page(first))
+        } else {
+            larch::raw::node_run_checksum(
+                (first..end).map(|i| larch::raw::stored_checksum(page(i))),
+            )
+        };
+    }
+}
+
 /// Pages the free-map tree at `root` of `img` marks, if it can be read whole.
 fn count_marked(img: &[u8], ps: usize, root: u64, depth: u32) -> Option<u64> {
     use larch::raw::{NodePage, PageRole, ValRef};
@@ -837,7 +876,7 @@ fn craft(data: &[u8]) -> Crafted {
     // that changes one edit leaves the others alone.
     for chunk in input.0.chunks(META_OP_BYTES).take(64) {
         let mut input = Input(chunk);
-        let op = input.byte() % 26;
+        let op = input.byte() % META_OPS;
         let hwm = slots[cur].meta.high_water;
         let value = |input: &mut Input<'_>| crafted_value(input, hwm, base_hwm, psu);
         let s = &mut slots[cur];
@@ -954,6 +993,70 @@ fn craft(data: &[u8]) -> Crafted {
                     m.catalog.root = p;
                 }
             }
+            26 => {
+                // A data tree's catalog record: its depth (mostly), root or entry count
+                // rewritten, the catalog leaf's checksum fixed. Readers descend a tree by each
+                // page's own type and the open's walk by the recorded depth, so a wrong depth
+                // hides the pages below it from the walk (with ops 16-18, a current free map
+                // could then mark them free).
+                let pick = input.byte();
+                let what = input.byte();
+                if let Some((leaf, at)) = find_record(&img, ps, m.catalog.root, pick) {
+                    let base = leaf as usize * ps + at;
+                    let old =
+                        u32::from_le_bytes(img[base + 16..base + 20].try_into().expect("4 bytes"));
+                    let root = u64::from_le_bytes(img[base..base + 8].try_into().expect("8"));
+                    match what % 5 {
+                        4 if old >= 2 => {
+                            // The attack whole: depth 1, and the root's children (now out of
+                            // the walk's sight) marked free with the counters agreeing.
+                            img[base + 16..base + 20].copy_from_slice(&1u32.to_le_bytes());
+                            fix_page_crc(&mut img, ps, leaf);
+                            let children: Vec<u64> = page_of(&img, ps, root)
+                                .and_then(|b| {
+                                    larch::raw::NodePage::parse(root, b, larch::raw::PageRole::Data)
+                                        .ok()
+                                })
+                                .map(|n| (0..n.count).filter_map(|i| n.child(i).ok()).collect())
+                                .unwrap_or_default();
+                            let (fm, fdepth) = (m.freemap.root, m.freemap.depth);
+                            for c in children {
+                                if let Some((fl, at)) =
+                                    find_chunk(&img, ps, fm, fdepth, c / CHUNK_PAGES)
+                                {
+                                    let bit = (c % CHUNK_PAGES) as usize;
+                                    img[fl as usize * ps + at + bit / 8] |= 1 << (bit % 8);
+                                    fix_page_crc(&mut img, ps, fl);
+                                }
+                            }
+                            consistent_counters(m, &img, ps);
+                            refresh_manifest(&mut s.manifest, &img, ps);
+                            continue;
+                        }
+                        0 | 1 | 4 => {
+                            let depth = match what / 5 % 6 {
+                                0 => old.wrapping_sub(1),
+                                1 => old.wrapping_add(1),
+                                2 => 0,
+                                3 => 1,
+                                4 => u32::MAX,
+                                _ => input.byte() as u32,
+                            };
+                            img[base + 16..base + 20].copy_from_slice(&depth.to_le_bytes());
+                        }
+                        2 => {
+                            let root = value(&mut input);
+                            img[base..base + 8].copy_from_slice(&root.to_le_bytes());
+                        }
+                        _ => {
+                            let entries = value(&mut input);
+                            img[base + 8..base + 16].copy_from_slice(&entries.to_le_bytes());
+                        }
+                    }
+                    fix_page_crc(&mut img, ps, leaf);
+                    refresh_manifest(&mut s.manifest, &img, ps);
+                }
+            }
             _ => {
                 let pick = |v: &Vec<u64>, i: u8| v.get(i as usize % v.len().max(1)).copied();
                 let i = input.byte();
@@ -1063,6 +1166,13 @@ fn write_some(db: &Db, want: &mut BTreeMap<String, Scan>, round: u8, clean: bool
                 new.insert(format!("n{i:03}").into_bytes(), None);
             }
         }
+        // Enough leaves to take every page the free set holds: a page the open wrongly took
+        // for free is then overwritten here, and a tree that read it reads differently.
+        let free = db.stats().map_or(0, |s| s.free_pages).min(256) as u32;
+        for i in 0..2 * free + 8 {
+            let k = format!("f{round}-{i:04}").into_bytes();
+            new.insert(k, Some(vec![(i ^ round as u32) as u8; ps / 3]));
+        }
     }
     if clean {
         for name in want.keys().filter(|n| *n != NEW_TREE) {
@@ -1141,6 +1251,9 @@ pub fn open_crafted_meta(data: &[u8]) {
     open_crafted_meta_outcome(data);
 }
 
+/// Kinds of edit `craft` knows (one input byte chooses, modulo this).
+const META_OPS: u8 = 27;
+
 /// How far a crafted-meta input got, for tests that want to know the generator reaches the
 /// interesting places.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -1153,6 +1266,8 @@ pub enum MetaOutcome {
     Shared,
     /// Read-write open refused: the free map's count disagrees with the meta.
     CountMismatch,
+    /// Read-write open refused: a tree's recorded depth disagrees with its pages.
+    LevelMismatch,
     /// Read-write open refused for another reason.
     OtherRefusal,
     /// Opened read-write; the writes returned an error.
@@ -1197,6 +1312,8 @@ pub fn open_crafted_meta_outcome(data: &[u8]) -> MetaOutcome {
                 MetaOutcome::Shared
             } else if reason.contains("but the meta counts") {
                 MetaOutcome::CountMismatch
+            } else if reason.contains("readers descend by the pages' own types") {
+                MetaOutcome::LevelMismatch
             } else {
                 refused
             };
@@ -1232,7 +1349,7 @@ pub fn crafted_meta_input(seed: u64) -> Vec<u8> {
     let mut out = vec![rng.below(4) as u8];
     let edits = 1 + rng.below(6);
     for _ in 0..edits {
-        out.push(rng.below(26) as u8);
+        out.push(rng.below(META_OPS as u64) as u8);
         for _ in 1..META_OP_BYTES {
             out.push(match rng.below(3) {
                 0 => rng.below(16) as u8,
