@@ -88,6 +88,6 @@ pub mod raw {
     pub use crate::view::View;
     pub use larch_pager::{
         node_run_checksum, run_checksum, stored_checksum, ManifestRun, Meta, PageHeader, PageRole,
-        PageType, TreeRoot, MAGIC, MAX_FILE_BYTES, META_SIZE, PAGE_HEADER_SIZE,
+        PageType, TreeRoot, MAGIC, MAX_FILE_BYTES, MAX_TXID, META_SIZE, PAGE_HEADER_SIZE,
     };
 }

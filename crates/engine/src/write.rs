@@ -183,6 +183,20 @@ impl Txn {
             }
         }
         let (base, oldest) = db.snapshot_and_oldest_reader();
+        if base.meta.txid >= larch_pager::MAX_TXID {
+            // Open takes no meta past it, so a commit past it would leave a file that no
+            // longer opens. No file reaches it by committing (a million commits a second for
+            // 146,000 years): a crafted or damaged meta.
+            db.release_writer_if_on_disk();
+            return Err(Error::corrupt(
+                0,
+                format!(
+                    "txid {} is the largest a meta may carry, so no commit can follow it; \
+                     the file opens read-only, and `larch compact` writes a copy that takes commits",
+                    base.meta.txid
+                ),
+            ));
+        }
         // Pages freed by T may be overwritten once no reader is older than T and T is durable
         // (docs/format.md, invariant 1).
         let readers_safe = oldest.unwrap_or(base.meta.txid);

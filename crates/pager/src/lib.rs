@@ -38,7 +38,8 @@ pub use lockfile::{
 pub use map::{Advice, Map};
 pub use meta::{
     manifest_batch_capacity, manifest_capacity, node_run_checksum, ManifestRun, Meta, MetaSlot,
-    TreeRoot, FORMAT_VERSION, MAGIC, MANIFEST_BATCH_RUN_SIZE, MANIFEST_RUN_SIZE, META_SIZE,
+    TreeRoot, FORMAT_VERSION, MAGIC, MANIFEST_BATCH_RUN_SIZE, MANIFEST_RUN_SIZE, MAX_TXID,
+    META_SIZE,
 };
 pub use page::{
     page_checksum, raw_page_type, run_checksum, set_page_checksum, set_run_checksum,

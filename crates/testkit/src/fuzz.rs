@@ -906,12 +906,16 @@ fn craft(data: &[u8]) -> Crafted {
             },
             11 => {
                 let other = slots[1 - cur].meta.txid;
-                let v = match input.byte() % 6 {
+                let v = match input.byte() % 8 {
                     0 => other,
                     1 => other.wrapping_add(1),
                     2 => other.wrapping_sub(1),
                     3 => u64::MAX,
                     4 => u64::MAX - 1,
+                    // The largest txid open takes, and one below: a writer must not commit
+                    // past it (the file would no longer open).
+                    6 => larch::raw::MAX_TXID,
+                    7 => larch::raw::MAX_TXID - 1,
                     _ => value(&mut input),
                 };
                 slots[cur].meta.txid = v;
