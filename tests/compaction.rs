@@ -915,3 +915,116 @@ fn threshold_compaction_leaves_a_paced_load_alone_while_the_timer_looks() {
         db.check().unwrap();
     }
 }
+
+/// Compaction's file-system operations, but a directory fsync after a rename (the switch's)
+/// fails while `fail` is set.
+#[derive(Debug, Default)]
+struct DirSyncFails {
+    fail: std::sync::atomic::AtomicBool,
+    renamed: std::sync::atomic::AtomicBool,
+    failed: std::sync::atomic::AtomicUsize,
+}
+
+impl larch::CompactionFs for DirSyncFails {
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)?;
+        self.renamed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.fail.load(SeqCst) && self.renamed.load(SeqCst) {
+            self.failed.fetch_add(1, SeqCst);
+            return Err(std::io::Error::other("directory fsync refused by the test"));
+        }
+        std::fs::File::open(dir)?.sync_all()
+    }
+}
+
+/// The switch renames the compacted file over the path and then fsyncs the directory. When
+/// that fsync failed, the switch was abandoned after the rename: the handle went on writing
+/// the old inode, which the path no longer named, and every commit after it was gone at the
+/// next open. The rename stands, so the switch must complete; commits on the new file are
+/// durable only once the directory is: the next sync retries its fsync, and fails (the handle
+/// with it, as after a failed fdatasync) if the directory still cannot be synced. With and
+/// without a lock file.
+#[test]
+fn a_switch_whose_directory_fsync_fails_after_the_rename_keeps_later_commits() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for (as_process, still_failing) in [(false, false), (true, false), (false, true), (true, true)]
+    {
+        let ctx = format!("as_process {as_process}, still failing {still_failing}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dirsync.larch");
+        drop(Db::open(&path, Options::default()).unwrap());
+        let fs = std::sync::Arc::new(DirSyncFails::default());
+        let opts = Options::default()
+            .durability(Durability::Sync)
+            .compaction_threshold(Some(0.3))
+            .compaction_min_bytes(0)
+            .compaction_check_every(std::time::Duration::from_secs(3600));
+        let storage = |p: &std::path::Path| -> Box<dyn larch::Storage> {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .unwrap();
+            Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
+        };
+        let db = if as_process {
+            Db::open_with_storage_as_process_and_fs(&path, storage, opts, fs.clone())
+        } else {
+            Db::open_with_storage_and_fs(&path, storage(&path), opts, fs.clone())
+        }
+        .unwrap();
+        fill_20k(&db);
+        keep_one_in_ten(&db);
+        fs.fail.store(true, SeqCst);
+        for _ in 0..50 {
+            if fs.failed.load(SeqCst) > 0 {
+                break;
+            }
+            db.sync().unwrap();
+            let _ = db.wait_for_compaction();
+        }
+        let _ = db.wait_for_compaction();
+        assert!(
+            fs.failed.load(SeqCst) > 0,
+            "{ctx}: no switch reached its directory fsync"
+        );
+        fs.fail.store(still_failing, SeqCst);
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"after", b"1").unwrap();
+        let committed = tx.commit();
+        if still_failing {
+            // Not durable under a durable name: the commit fails, and so does the handle.
+            let e = committed.expect_err("a Sync commit while its file's name is not durable");
+            assert!(e.to_string().contains("fsync directory"), "{e}");
+            assert!(
+                db.begin_write().is_err(),
+                "{ctx}: writes after the failed sync"
+            );
+        } else {
+            committed.unwrap();
+        }
+        drop(db);
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check().unwrap();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_tree("t").unwrap();
+        if !still_failing {
+            assert_eq!(
+                t.get(b"after").unwrap(),
+                Some(&b"1"[..]),
+                "{ctx}: a commit after the switch went to a file the path no longer names"
+            );
+        }
+        let n = t.len().unwrap();
+        assert!(
+            n == 2_001 || (still_failing && n == 2_000),
+            "{ctx}: {n} entries"
+        );
+    }
+}

@@ -432,8 +432,16 @@ fn last_round(
         .filter(|d| !d.as_os_str().is_empty())
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
-    h.fs.sync_dir(&dir)
-        .map_err(|e| io_err("fsync directory", &dir, e))?;
+    if h.fs.sync_dir(&dir).is_err() {
+        // The rename stands: the path names the new file, so the switch must go through
+        // (abandoning it left this handle writing an inode no name reached, and every later
+        // commit was gone at the next open). The name is durable only once the directory
+        // is: the new file's next sync fsyncs it first and fails if it cannot.
+        let fs = h.fs.clone();
+        new_file
+            .pager
+            .sync_name_at_next_sync(larch_pager::SyncName(Box::new(move || fs.sync_dir(&dir))));
+    }
     Ok((before, new_file))
 }
 

@@ -47,7 +47,7 @@ pub use page::{
 };
 pub use pager::{
     growth_step, probe_database, resolve_path, set_min_map_reservation, sync_dir, FileLock,
-    IoCounters, OpenedMetas, Pager, PagerOptions,
+    IoCounters, OpenedMetas, Pager, PagerOptions, SyncName,
 };
 pub use storage::{CacheFolios, FileStorage, Storage, WriteMode};
 

@@ -108,6 +108,18 @@ pub struct Pager {
     counters: IoCounters,
     /// The background flush in flight, if any ([`Pager::start_background_flush`]).
     flush: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The file's name may not be durable yet: how to make it so
+    /// ([`Pager::sync_name_at_next_sync`]).
+    name_unsynced: Mutex<Option<SyncName>>,
+}
+
+/// fsyncs the directory that holds a file's name ([`Pager::sync_name_at_next_sync`]).
+pub struct SyncName(pub Box<dyn Fn() -> std::io::Result<()> + Send + Sync>);
+
+impl std::fmt::Debug for SyncName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SyncName")
+    }
 }
 
 /// What this handle has asked of the storage, for benchmarks and tests.
@@ -243,6 +255,7 @@ impl Pager {
             advice: opts.advice,
             read_only: opts.read_only,
             poisoned: Arc::new(AtomicBool::new(false)),
+            name_unsynced: Mutex::new(None),
             file_len: AtomicU64::new(file_len),
             counters: IoCounters::default(),
             flush: Mutex::new(None),
@@ -575,7 +588,26 @@ impl Pager {
                 std::io::Error::other("a background flush of the file failed"),
             ));
         }
+        let mut name = self.name_unsynced.lock();
+        if let Some(sync_name) = name.as_ref() {
+            if let Err(e) = (sync_name.0)() {
+                // What this sync made durable has no durable name: as after a failed
+                // fdatasync, nothing more is written until the file is reopened (whose
+                // open fsyncs the directory again).
+                self.poisoned.store(true, Ordering::Release);
+                return Err(PagerError::io("fsync directory", &self.path, e));
+            }
+            *name = None;
+        }
         Ok(())
+    }
+
+    /// The file was just renamed or linked to its path and the directory fsync that makes
+    /// the name durable failed: the next [`Pager::sync`] calls `sync_name` too, and fails
+    /// (poisoning the pager) if that fails again, so no commit is reported durable under a
+    /// name a power cut could undo.
+    pub fn sync_name_at_next_sync(&self, sync_name: SyncName) {
+        *self.name_unsynced.lock() = Some(sync_name);
     }
 }
 
