@@ -965,14 +965,7 @@ fn a_switch_whose_directory_fsync_fails_after_the_rename_keeps_later_commits() {
             .compaction_threshold(Some(0.3))
             .compaction_min_bytes(0)
             .compaction_check_every(std::time::Duration::from_secs(3600));
-        let storage = |p: &std::path::Path| -> Box<dyn larch::Storage> {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(p)
-                .unwrap();
-            Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
-        };
+        let storage = larch_testkit::file_storage;
         let db = if as_process {
             Db::open_with_storage_as_process_and_fs(&path, storage, opts, fs.clone())
         } else {

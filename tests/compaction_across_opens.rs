@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larch::{Db, Durability, Options, Policy};
+use larch_testkit::file_storage;
 
 const T: f64 = 0.3;
 const UNSYNCED: u64 = 256 << 10;
@@ -112,15 +113,6 @@ fn compacted_size(path: &Path) -> u64 {
 fn leave_dead_space(path: &Path) {
     let db = Db::open(path, Options::default().policy(Policy::Null)).unwrap();
     overwrite(&db, &mut 7, 60, Durability::Sync);
-}
-
-fn file_storage(p: &Path) -> Box<dyn larch::Storage> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(p)
-        .unwrap();
-    Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
 }
 
 fn as_process(path: &Path, o: Options) -> Db {

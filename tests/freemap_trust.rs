@@ -199,32 +199,37 @@ fn mark_free(img: &[u8], victim: u64) -> Vec<u8> {
     img
 }
 
+/// Write `crafted` to `path`: a read-write open must fail with `Corrupt` (saying the file is
+/// for read-only use) and leave the file byte for byte as it was, and a read-only open must
+/// succeed. The error's page and reason, and the read-only handle.
+fn refused_for_writing(path: &std::path::Path, crafted: &[u8], ctx: &str) -> (u64, String, Db) {
+    std::fs::write(path, crafted).unwrap();
+    let (page, reason) = match Db::open(path, Options::default().create(false)) {
+        Ok(_) => panic!("{ctx}: a read-write open trusted the free map"),
+        Err(Error::Corrupt { page, reason }) => (page, reason),
+        Err(e) => panic!("{ctx}: not a Corrupt error: {e}"),
+    };
+    assert!(reason.contains("read-only"), "{ctx}: {reason}");
+    assert!(
+        std::fs::read(path).unwrap() == crafted,
+        "{ctx}: the failed open changed the file"
+    );
+    let db = Db::open(path, Options::default().create(false).read_only(true))
+        .unwrap_or_else(|e| panic!("{ctx}: read-only open: {e}"));
+    (page, reason, db)
+}
+
 fn one_case(img: &[u8], want: &Model, kind: Kind, victim: u64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("marked.larch");
     let crafted = mark_free(img, victim);
-    std::fs::write(&path, &crafted).unwrap();
     let ctx = format!("live {kind:?} page {victim} marked free");
-    match Db::open(&path, Options::default().create(false)) {
-        Ok(_) => panic!("{ctx}: a read-write open trusted the free map"),
-        Err(Error::Corrupt { page, reason }) => {
-            assert_eq!(
-                page, victim,
-                "{ctx}: the error names another page: {reason}"
-            );
-            assert!(
-                reason.contains("marks page") && reason.contains("read-only"),
-                "{ctx}: {reason}"
-            );
-        }
-        Err(e) => panic!("{ctx}: not a Corrupt error: {e}"),
-    }
-    assert!(
-        std::fs::read(&path).unwrap() == crafted,
-        "{ctx}: the failed open changed the file"
+    let (page, reason, db) = refused_for_writing(&path, &crafted, &ctx);
+    assert_eq!(
+        page, victim,
+        "{ctx}: the error names another page: {reason}"
     );
-    let db = Db::open(&path, Options::default().create(false).read_only(true))
-        .unwrap_or_else(|e| panic!("{ctx}: read-only open: {e}"));
+    assert!(reason.contains("marks page"), "{ctx}: {reason}");
     assert!(read_model(&db) == *want, "{ctx}: read-only contents differ");
     // check, which compares the free map with what it reaches, names the page too.
     match db.check() {
@@ -322,22 +327,9 @@ fn a_tree_whose_recorded_depth_disagrees_with_its_pages_is_refused_for_writing()
         // depth 1 the walk cannot see it is live; at 3 and 0 it stops at the root).
         let crafted = mark_free(&crafted, alpha_leaf);
         let path = dir.path().join(format!("depth{depth}.larch"));
-        std::fs::write(&path, &crafted).unwrap();
-        match Db::open(&path, Options::default().create(false)) {
-            Ok(_) => panic!("{ctx}: a read-write open trusted the free map"),
-            Err(Error::Corrupt { reason, .. }) => assert!(
-                reason.contains("alpha") && reason.contains("read-only"),
-                "{ctx}: {reason}"
-            ),
-            Err(e) => panic!("{ctx}: not a Corrupt error: {e}"),
-        }
-        assert!(
-            std::fs::read(&path).unwrap() == crafted,
-            "{ctx}: the failed open changed the file"
-        );
+        let (_, reason, db) = refused_for_writing(&path, &crafted, &ctx);
+        assert!(reason.contains("alpha"), "{ctx}: {reason}");
         // Read-only, a reader reads alpha whole where it follows the pages' types.
-        let db = Db::open(&path, Options::default().create(false).read_only(true))
-            .unwrap_or_else(|e| panic!("{ctx}: read-only open: {e}"));
         if depth == 1 {
             assert!(read_model(&db) == want, "{ctx}: read-only contents differ");
         }

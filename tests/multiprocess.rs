@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use larch::{Db, Durability, Error, Options};
-use larch_testkit::Rng;
+use larch_testkit::{file_storage, Rng};
 
 const ACCOUNTS: u64 = 100;
 const START_BALANCE: u64 = 1_000;
@@ -865,16 +865,6 @@ fn readers_of_something_that_is_not_a_database_is_an_error_and_leaves_no_lock_fi
         let lock = PathBuf::from(format!("{}-lock", p.display()));
         assert!(!lock.exists(), "{} was created", lock.display());
     }
-}
-
-/// The plain storage of the file at `p` (opened when the handle is attached).
-fn file_storage(p: &Path) -> Box<dyn larch::Storage> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(p)
-        .unwrap();
-    Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
 }
 
 /// Storage of a compaction's new file whose syncs let another "process" commit to the old

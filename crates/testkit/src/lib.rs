@@ -12,6 +12,17 @@ pub mod fuzz;
 pub mod images;
 pub mod recording;
 
+/// The plain storage a handle opened by path would use (pwrite), for the `open_with_storage*`
+/// constructors tests call to bring their own compaction file system or process identity.
+pub fn file_storage(p: &Path) -> Box<dyn larch::Storage> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p)
+        .unwrap_or_else(|e| panic!("open {}: {e}", p.display()));
+    Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
+}
+
 /// A tiny deterministic RNG (xorshift64: shifts 13, 7, 17), so a failure reproduces from the
 /// printed seed. The seed must not be 0 (xorshift stays at 0 forever); callers that take an
 /// arbitrary seed write `Rng(seed | 1)`.
