@@ -352,6 +352,7 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
     }
     open_file.writer.lock().trigger = Trigger::compacted();
     let after = open_file.pager.file_len();
+    let _ = old.successor.set(Arc::downgrade(&open_file));
     *h.current.write() = open_file;
     old.retired.store(true, Ordering::Release);
     // The old file's readers pin nothing of the new one (no process writes the old inode).

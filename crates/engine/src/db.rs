@@ -488,6 +488,7 @@ impl Db {
             opts,
             opened,
             retired: AtomicBool::new(false),
+            successor: Default::default(),
             waiting_writers: AtomicUsize::new(0),
             durable_txid: std::sync::atomic::AtomicU64::new(meta.txid),
             group: Mutex::new(()),
