@@ -1021,3 +1021,126 @@ fn a_switch_whose_directory_fsync_fails_after_the_rename_keeps_later_commits() {
         );
     }
 }
+
+/// A handle whose switch could not fsync the directory after the rename, the directory fsync
+/// failing on, with nothing committed since the switch: the new file's commits are all
+/// durable in it (the catch-up commits are Sync), but its name is not, and a power cut can
+/// still put the old file back, without the Async commits the switch carried over. `Db::sync`
+/// returned Ok there without trying the directory (no commit was waiting), so it promised
+/// durability it did not have. With and without a lock file.
+#[test]
+fn db_sync_after_a_switch_whose_directory_fsync_failed_does_not_report_success() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for as_process in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dirsync.larch");
+        drop(Db::open(&path, Options::default()).unwrap());
+        let fs = std::sync::Arc::new(DirSyncFails::default());
+        let opts = Options::default()
+            .durability(Durability::Async)
+            .compaction_threshold(Some(0.3))
+            .compaction_min_bytes(0)
+            .compaction_check_every(std::time::Duration::from_secs(3600));
+        let storage = |p: &std::path::Path| -> Box<dyn larch::Storage> {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .unwrap();
+            Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
+        };
+        let db = if as_process {
+            Db::open_with_storage_as_process_and_fs(&path, storage, opts, fs.clone())
+        } else {
+            Db::open_with_storage_and_fs(&path, storage(&path), opts, fs.clone())
+        }
+        .unwrap();
+        fill_20k(&db);
+        keep_one_in_ten(&db);
+        fs.fail.store(true, SeqCst);
+        for _ in 0..50 {
+            if fs.failed.load(SeqCst) > 0 {
+                break;
+            }
+            db.sync().unwrap();
+            let _ = db.wait_for_compaction();
+        }
+        assert!(
+            fs.failed.load(SeqCst) > 0,
+            "as_process {as_process}: no switch reached its directory fsync"
+        );
+        assert_eq!(db.compactions(), 1, "as_process {as_process}");
+        let r = db.sync();
+        assert!(
+            r.is_err(),
+            "as_process {as_process}: Db::sync reported every commit durable while the \
+             directory holding the file's new name could not be synced"
+        );
+        assert!(
+            r.unwrap_err().to_string().contains("fsync directory"),
+            "as_process {as_process}"
+        );
+    }
+}
+
+/// After a switch whose directory fsync failed, another process opens the path (the new
+/// file) while this one is attached, so its open does not recover the file and did not fsync
+/// the directory; its Sync commits were acknowledged durable under a name a power cut could
+/// still undo (the old file, without them, would come back). Only this process's pager knew
+/// the name was not durable.
+#[test]
+fn another_process_does_not_commit_durably_under_a_name_whose_directory_fsync_failed() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dirsync.larch");
+    drop(Db::open(&path, Options::default()).unwrap());
+    let fs = std::sync::Arc::new(DirSyncFails::default());
+    let opts = Options::default()
+        .durability(Durability::Sync)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(std::time::Duration::from_secs(3600));
+    let storage = |p: &std::path::Path| -> Box<dyn larch::Storage> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .unwrap();
+        Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
+    };
+    let a = Db::open_with_storage_as_process_and_fs(&path, storage, opts, fs.clone()).unwrap();
+    fill_20k(&a);
+    keep_one_in_ten(&a);
+    fs.fail.store(true, SeqCst);
+    for _ in 0..50 {
+        if fs.failed.load(SeqCst) > 0 {
+            break;
+        }
+        a.sync().unwrap();
+        let _ = a.wait_for_compaction();
+    }
+    assert!(
+        fs.failed.load(SeqCst) > 0,
+        "no switch reached its directory fsync"
+    );
+    assert_eq!(a.compactions(), 1);
+    // The directory still cannot be synced: no commit of the other process may be reported
+    // durable (its open or its commit fails).
+    let b = Db::open_with_storage_as_process_and_fs(
+        &path,
+        storage,
+        Options::default().durability(Durability::Sync),
+        fs.clone(),
+    );
+    let committed = b.and_then(|b| {
+        let tx = b.begin_write()?;
+        tx.open_tree("t")?.insert(b"from b", b"1")?;
+        tx.commit()
+    });
+    assert!(
+        committed.is_err(),
+        "a Sync commit of another process was acknowledged while the directory holding the \
+         file's name could not be synced"
+    );
+    drop(a);
+}

@@ -91,11 +91,11 @@ impl Drop for Db {
     }
 }
 
-/// A read-write open that recovers the file (no other process has it open) makes the file's
-/// name durable before anything is built on it: a process killed after renaming or linking a
-/// compacted file into place (the background switch, `compact_to`) and before fsyncing the
-/// directory leaves a name that a power cut could undo, and every commit this handle
-/// acknowledged as durable would go with it (docs/format.md, "Compaction").
+/// A read-write open makes the file's name durable before anything is built on it: a process
+/// killed after renaming or linking a compacted file into place (the background switch,
+/// `compact_to`) and before fsyncing the directory leaves a name that a power cut could undo,
+/// and every commit this handle acknowledged as durable would go with it; so does a process
+/// still attached whose switch could not fsync the directory (docs/format.md, "Compaction").
 fn sync_name(fs: &dyn crate::fs::CompactionFs, path: &Path) -> Result<()> {
     let dir = path
         .parent()
@@ -236,7 +236,11 @@ impl Db {
                     }
                 }
             }
-            if !opts.read_only && !popts.live {
+            if !opts.read_only {
+                // Also while other processes are attached: one of them may have renamed a
+                // compacted file into place and failed to fsync the directory (its own next
+                // sync retries, but only its pager knows), and this handle's commits would
+                // be acknowledged under a name a power cut could undo.
                 sync_name(&*fs, resolved)?;
             }
             let meta = opened.current;
@@ -484,6 +488,7 @@ impl Db {
             opts,
             opened,
             retired: AtomicBool::new(false),
+            successor: Default::default(),
             waiting_writers: AtomicUsize::new(0),
             durable_txid: std::sync::atomic::AtomicU64::new(meta.txid),
             group: Mutex::new(()),

@@ -466,7 +466,10 @@ impl DurableState {
 
     fn sync_all_inner(&mut self, file: &OpenFile) -> Result<()> {
         if self.committed.txid == self.durable {
-            return Ok(());
+            // Every commit is durable in the file, but after a background switch whose
+            // directory fsync failed, not yet under its name: a power cut could still bring
+            // the old file back, without the commits the switch carried over.
+            return Ok(file.pager.sync_name()?);
         }
         let meta = self.committed;
         if self.one_fsync_possible(file, meta.txid) {

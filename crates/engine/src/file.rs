@@ -71,6 +71,10 @@ pub(crate) struct OpenFile {
     pub opened: OpenedMetas,
     /// Replaced by a compacted file: writers that waited for its lock must start over.
     pub retired: AtomicBool,
+    /// The compacted file that replaced this one (set before `retired`): its name may not be
+    /// durable yet (`Pager::sync_name`), which a commit made here waits for. Weak: a reader
+    /// of this file must not keep every later compacted file open.
+    pub successor: OnceLock<std::sync::Weak<OpenFile>>,
     /// Writers waiting for the writer lock (a Sync commit with company joins a group).
     pub waiting_writers: AtomicUsize,
     /// The writer's durable txid, for group-commit followers (who do not hold the lock).
@@ -404,8 +408,10 @@ impl OpenFile {
             self.pager.check_writable()?;
             if self.retired.load(Ordering::Acquire) {
                 // Background compaction copied every commit of this file into its successor
-                // (the last round under the writer lock) and synced it before the switch.
-                return Ok(());
+                // (the last round under the writer lock) and synced it before the switch;
+                // durable once the successor's name is (a failed directory fsync after the
+                // rename leaves a name a power cut could undo, bringing this file back).
+                return self.successor_named();
             }
             let writer = if self.waiting_writers.load(Ordering::Acquire) == 0 {
                 self.writer.try_lock()
@@ -415,7 +421,8 @@ impl OpenFile {
             if writer.is_some() || std::time::Instant::now() >= deadline {
                 let mut st = self.durability.lock();
                 if self.retired.load(Ordering::Acquire) {
-                    return Ok(());
+                    drop(st);
+                    return self.successor_named();
                 }
                 if st.durable < txid {
                     st.sync_all(self)?;
@@ -434,6 +441,16 @@ impl OpenFile {
                 self.group_synced
                     .wait_for(&mut g, std::time::Duration::from_micros(200));
             }
+        }
+    }
+
+    /// A retired file's commits are durable in its successor once the successor's name is:
+    /// make sure of it (a directory fsync the switch could not make is retried here).
+    fn successor_named(&self) -> Result<()> {
+        match self.successor.get().and_then(std::sync::Weak::upgrade) {
+            Some(next) => Ok(next.pager.sync_name()?),
+            // Closed since (its close synced what it could) or never set.
+            None => Ok(()),
         }
     }
 

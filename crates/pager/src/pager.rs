@@ -588,6 +588,15 @@ impl Pager {
                 std::io::Error::other("a background flush of the file failed"),
             ));
         }
+        self.sync_name()
+    }
+
+    /// If the file's name may not be durable yet ([`Pager::sync_name_at_next_sync`]), fsync
+    /// its directory now; a failure poisons the pager. What was synced before is durable in
+    /// the file but not under its name until this succeeds, so a caller about to report
+    /// commits durable without a [`Pager::sync`] (none was waiting) must call it.
+    pub fn sync_name(&self) -> Result<()> {
+        self.check_writable()?;
         let mut name = self.name_unsynced.lock();
         if let Some(sync_name) = name.as_ref() {
             if let Err(e) = (sync_name.0)() {
