@@ -1041,14 +1041,7 @@ fn db_sync_after_a_switch_whose_directory_fsync_failed_does_not_report_success()
             .compaction_threshold(Some(0.3))
             .compaction_min_bytes(0)
             .compaction_check_every(std::time::Duration::from_secs(3600));
-        let storage = |p: &std::path::Path| -> Box<dyn larch::Storage> {
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(p)
-                .unwrap();
-            Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
-        };
+        let storage = larch_testkit::file_storage;
         let db = if as_process {
             Db::open_with_storage_as_process_and_fs(&path, storage, opts, fs.clone())
         } else {
@@ -1100,14 +1093,7 @@ fn another_process_does_not_commit_durably_under_a_name_whose_directory_fsync_fa
         .compaction_threshold(Some(0.3))
         .compaction_min_bytes(0)
         .compaction_check_every(std::time::Duration::from_secs(3600));
-    let storage = |p: &std::path::Path| -> Box<dyn larch::Storage> {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(p)
-            .unwrap();
-        Box::new(larch::FileStorage::new(f, larch::WriteMode::Pwrite))
-    };
+    let storage = larch_testkit::file_storage;
     let a = Db::open_with_storage_as_process_and_fs(&path, storage, opts, fs.clone()).unwrap();
     fill_20k(&a);
     keep_one_in_ten(&a);
