@@ -943,6 +943,47 @@ impl larch::CompactionFs for DirSyncFails {
     }
 }
 
+/// A database at `path` with most of it free, its background compaction's switch done with
+/// the directory fsync after the rename failing (and failing on: `fs.fail` is left set), each
+/// commit of `durability`; as another process (through a lock file) or not.
+fn switched_without_a_durable_name(
+    path: &std::path::Path,
+    as_process: bool,
+    durability: Durability,
+) -> (std::sync::Arc<DirSyncFails>, Db) {
+    use std::sync::atomic::Ordering::SeqCst;
+    drop(Db::open(path, Options::default()).unwrap());
+    let fs = std::sync::Arc::new(DirSyncFails::default());
+    let opts = Options::default()
+        .durability(durability)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(std::time::Duration::from_secs(3600));
+    let storage = larch_testkit::file_storage;
+    let db = if as_process {
+        Db::open_with_storage_as_process_and_fs(path, storage, opts, fs.clone())
+    } else {
+        Db::open_with_storage_and_fs(path, storage(path), opts, fs.clone())
+    }
+    .unwrap();
+    fill_20k(&db);
+    keep_one_in_ten(&db);
+    fs.fail.store(true, SeqCst);
+    for _ in 0..50 {
+        if fs.failed.load(SeqCst) > 0 {
+            break;
+        }
+        db.sync().unwrap();
+        let _ = db.wait_for_compaction();
+    }
+    let _ = db.wait_for_compaction();
+    assert!(
+        fs.failed.load(SeqCst) > 0,
+        "as_process {as_process}: no switch reached its directory fsync"
+    );
+    (fs, db)
+}
+
 /// The switch renames the compacted file over the path and then fsyncs the directory. When
 /// that fsync failed, the switch was abandoned after the rename: the handle went on writing
 /// the old inode, which the path no longer named, and every commit after it was gone at the
@@ -958,35 +999,7 @@ fn a_switch_whose_directory_fsync_fails_after_the_rename_keeps_later_commits() {
         let ctx = format!("as_process {as_process}, still failing {still_failing}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dirsync.larch");
-        drop(Db::open(&path, Options::default()).unwrap());
-        let fs = std::sync::Arc::new(DirSyncFails::default());
-        let opts = Options::default()
-            .durability(Durability::Sync)
-            .compaction_threshold(Some(0.3))
-            .compaction_min_bytes(0)
-            .compaction_check_every(std::time::Duration::from_secs(3600));
-        let storage = larch_testkit::file_storage;
-        let db = if as_process {
-            Db::open_with_storage_as_process_and_fs(&path, storage, opts, fs.clone())
-        } else {
-            Db::open_with_storage_and_fs(&path, storage(&path), opts, fs.clone())
-        }
-        .unwrap();
-        fill_20k(&db);
-        keep_one_in_ten(&db);
-        fs.fail.store(true, SeqCst);
-        for _ in 0..50 {
-            if fs.failed.load(SeqCst) > 0 {
-                break;
-            }
-            db.sync().unwrap();
-            let _ = db.wait_for_compaction();
-        }
-        let _ = db.wait_for_compaction();
-        assert!(
-            fs.failed.load(SeqCst) > 0,
-            "{ctx}: no switch reached its directory fsync"
-        );
+        let (fs, db) = switched_without_a_durable_name(&path, as_process, Durability::Sync);
         fs.fail.store(still_failing, SeqCst);
         let tx = db.begin_write().unwrap();
         tx.open_tree("t").unwrap().insert(b"after", b"1").unwrap();
@@ -1030,38 +1043,10 @@ fn a_switch_whose_directory_fsync_fails_after_the_rename_keeps_later_commits() {
 /// durability it did not have. With and without a lock file.
 #[test]
 fn db_sync_after_a_switch_whose_directory_fsync_failed_does_not_report_success() {
-    use std::sync::atomic::Ordering::SeqCst;
     for as_process in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dirsync.larch");
-        drop(Db::open(&path, Options::default()).unwrap());
-        let fs = std::sync::Arc::new(DirSyncFails::default());
-        let opts = Options::default()
-            .durability(Durability::Async)
-            .compaction_threshold(Some(0.3))
-            .compaction_min_bytes(0)
-            .compaction_check_every(std::time::Duration::from_secs(3600));
-        let storage = larch_testkit::file_storage;
-        let db = if as_process {
-            Db::open_with_storage_as_process_and_fs(&path, storage, opts, fs.clone())
-        } else {
-            Db::open_with_storage_and_fs(&path, storage(&path), opts, fs.clone())
-        }
-        .unwrap();
-        fill_20k(&db);
-        keep_one_in_ten(&db);
-        fs.fail.store(true, SeqCst);
-        for _ in 0..50 {
-            if fs.failed.load(SeqCst) > 0 {
-                break;
-            }
-            db.sync().unwrap();
-            let _ = db.wait_for_compaction();
-        }
-        assert!(
-            fs.failed.load(SeqCst) > 0,
-            "as_process {as_process}: no switch reached its directory fsync"
-        );
+        let (_fs, db) = switched_without_a_durable_name(&path, as_process, Durability::Async);
         assert_eq!(db.compactions(), 1, "as_process {as_process}");
         let r = db.sync();
         assert!(
