@@ -596,18 +596,20 @@ impl Pager {
     /// the file but not under its name until this succeeds, so a caller about to report
     /// commits durable without a [`Pager::sync`] (none was waiting) must call it.
     pub fn sync_name(&self) -> Result<()> {
-        self.check_writable()?;
         let mut name = self.name_unsynced.lock();
-        if let Some(sync_name) = name.as_ref() {
-            if let Err(e) = (sync_name.0)() {
-                // What this sync made durable has no durable name: as after a failed
-                // fdatasync, nothing more is written until the file is reopened (whose
-                // open fsyncs the directory again).
-                self.poisoned.store(true, Ordering::Release);
-                return Err(PagerError::io("fsync directory", &self.path, e));
-            }
-            *name = None;
+        let Some(sync_name) = name.as_ref() else {
+            // Nothing pending: no change for a read-only or poisoned handle either.
+            return Ok(());
+        };
+        self.check_writable()?;
+        if let Err(e) = (sync_name.0)() {
+            // What this sync made durable has no durable name: as after a failed fdatasync,
+            // nothing more is written until the file is reopened (whose open fsyncs the
+            // directory again).
+            self.poisoned.store(true, Ordering::Release);
+            return Err(PagerError::io("fsync directory", &self.path, e));
         }
+        *name = None;
         Ok(())
     }
 
