@@ -635,7 +635,13 @@ impl Drop for Pager {
 /// Address space to reserve for a file of `len` bytes: well ahead, so remaps are rare.
 fn reservation(len: u64) -> usize {
     let min = MIN_RESERVATION.load(Ordering::Relaxed);
-    let want = len.saturating_mul(2).max(min).next_power_of_two();
+    // A sparse file can be longer than 2^63 bytes (tmpfs allows it): no power of two is,
+    // so past it the reservation is the most larch maps.
+    let want = len
+        .saturating_mul(2)
+        .max(min)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_FILE_BYTES);
     want.min(MAX_FILE_BYTES) as usize
 }
 
@@ -1155,5 +1161,33 @@ struct Unverified {
 impl Unverified {
     fn new(page: Option<u64>, reason: String) -> Unverified {
         Unverified { page, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A crafted file's length is input too: a sparse file of 2^63 bytes or more (tmpfs takes
+    /// one) made the reservation's next power of two overflow, a panic with overflow checks
+    /// and a zero-byte reservation without (found by `cargo fuzz run meta`).
+    #[test]
+    fn the_reservation_of_any_file_length_is_at_most_what_larch_maps() {
+        for len in [
+            0,
+            1,
+            4096,
+            1 << 40,
+            MAX_FILE_BYTES,
+            1 << 62,
+            (1 << 63) - 1,
+            1 << 63,
+            u64::MAX,
+        ] {
+            let r = reservation(len) as u64;
+            assert!(r.is_power_of_two() || r == MAX_FILE_BYTES, "{len}: {r}");
+            assert!(r <= MAX_FILE_BYTES, "{len}: {r}");
+            assert!(r >= len.min(MAX_FILE_BYTES), "{len}: {r}");
+        }
     }
 }

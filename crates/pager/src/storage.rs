@@ -286,10 +286,13 @@ impl FileStorage {
         if need {
             // Reserve well ahead so growth rarely remaps; the old writable map has no
             // outstanding slices (only copy_in uses it), so replacing it is safe.
+            // A crafted sparse file can be longer than 2^63 bytes, past any power of two:
+            // then (and past what larch maps at all) reserve what larch maps, or the write.
             let reserve = end
                 .max(self.file.metadata()?.len())
-                .next_power_of_two()
-                .max(1 << 30);
+                .checked_next_power_of_two()
+                .unwrap_or(u64::MAX)
+                .clamp(1 << 30, crate::MAX_FILE_BYTES.max(end));
             m.map = Some(Map::new(
                 &self.file,
                 reserve as usize,
@@ -458,6 +461,32 @@ fn for_each_piece(
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    /// A write through the map of a sparse file longer than 2^63 bytes (tmpfs allows one; the
+    /// length is a crafted file's input too): the map's reservation took the next power of two
+    /// of the length, which overflowed (a panic with overflow checks).
+    #[test]
+    fn a_map_write_to_a_file_longer_than_any_power_of_two_reserves_what_larch_maps() {
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            return; // no tmpfs here: other file systems refuse such a length
+        };
+        let path = dir.path().join("huge");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        if file.set_len((1 << 63) - 4096).is_err() {
+            return;
+        }
+        let storage = FileStorage::new(file, WriteMode::Mmap);
+        storage.write_at(8192, &[&[7u8; 4096]]).unwrap();
+        let mut back = [0u8; 4096];
+        storage.file().read_exact_at(&mut back, 8192).unwrap();
+        assert_eq!(back, [7u8; 4096]);
+    }
 
     #[test]
     fn fresh_range_is_the_part_of_a_multi_page_write_past_the_fresh_mark() {
