@@ -462,6 +462,17 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
+    /// An empty read-write file at `path`, created or truncated.
+    fn new_file(path: &std::path::Path) -> File {
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap()
+    }
+
     /// A write through the map of a sparse file longer than 2^63 bytes (tmpfs allows one; the
     /// length is a crafted file's input too): the map's reservation took the next power of two
     /// of the length, which overflowed (a panic with overflow checks).
@@ -471,13 +482,7 @@ mod tests {
             return; // no tmpfs here: other file systems refuse such a length
         };
         let path = dir.path().join("huge");
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        let file = new_file(&path);
         if file.set_len((1 << 63) - 4096).is_err() {
             return;
         }
@@ -509,13 +514,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for folios in [CacheFolios::Large, CacheFolios::Small] {
             let path = dir.path().join(format!("{folios:?}"));
-            let file = File::options()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)
-                .unwrap();
+            let file = new_file(&path);
             file.set_len(8192).unwrap();
             let s = FileStorage::new(file, WriteMode::Pwrite);
             s.set_cache_folios(folios);
