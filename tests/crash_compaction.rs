@@ -11,6 +11,9 @@
 //! The database's path must then name a complete database (old or new file, never neither)
 //! holding a committed state no older than the last commit acknowledged as durable, and the
 //! destination of `compact_to`, when it exists, must hold exactly the snapshot it copied.
+//! The same cuts are made after a directory operation failed (larch-testkit's
+//! `RecordingFs::failing`: the k-th link, rename, removal or directory sync, once or from then
+//! on) while the commits go on, from the failure to the end of the run.
 //! `LARCH_CRASH_CASES` raises the number of random cuts per background run (default 300).
 
 mod support;
@@ -42,6 +45,10 @@ struct Trace {
     /// (ops done when compact_to returned, ops done when it began, the state it copied).
     copy: Option<(usize, usize, usize)>,
     opts: Options,
+    /// Directory operations asked for (failed ones included).
+    dir_calls: usize,
+    /// Operations logged when the first directory operation failed.
+    failed_at: Option<usize>,
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -62,12 +69,22 @@ enum Mode {
 }
 
 fn run(mode: Mode, commits: u64, seed: u64) -> Trace {
-    run_via(mode, commits, seed, false)
+    run_via(mode, commits, seed, false, None)
 }
 
 /// [`run`], opening the database through a symlink `ALIAS -> DB` when `via_link` is set: the
-/// switch must then rename over `DB`, the file the link names, never over the link.
-fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
+/// switch must then rename over `DB`, the file the link names, never over the link. With
+/// `fault = Some((at, sticky))` the `at`-th directory operation fails (and with `sticky`
+/// every one after it, [`RecordingFs::failing`]); the workload then goes on while commits
+/// succeed, for at most `AFTER_FAULT` more, and a commit that fails is in doubt: its state is
+/// the last one the file may hold, and the run ends there.
+fn run_via(
+    mode: Mode,
+    commits: u64,
+    seed: u64,
+    via_link: bool,
+    fault: Option<(usize, bool)>,
+) -> Trace {
     let dir = scratch_dir();
     let path = dir.path().join(DB);
     let background = !matches!(mode, Mode::CompactTo);
@@ -78,7 +95,10 @@ fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
     drop(Db::open(&path, opts).unwrap());
     let log = Log::of_file(&path);
     let storage = Box::new(directory::recording(open_rw(&path), 0, &log));
-    let fs = Arc::new(RecordingFs { log: log.clone() });
+    let fs = Arc::new(match fault {
+        None => RecordingFs::new(log.clone()),
+        Some((at, sticky)) => RecordingFs::failing(log.clone(), at, sticky),
+    });
     let open_path = if via_link {
         let alias = dir.path().join(ALIAS);
         std::os::unix::fs::symlink(DB, &alias).unwrap();
@@ -86,70 +106,150 @@ fn run_via(mode: Mode, commits: u64, seed: u64, via_link: bool) -> Trace {
     } else {
         path.clone()
     };
-    let db = Db::open_with_storage_and_fs(&open_path, storage, opts, fs).unwrap();
-    let ops_now = || log.ops.lock().unwrap().len();
+    let mut trace = Trace {
+        ops: Vec::new(),
+        initial: Vec::new(),
+        states: vec![Model::new()],
+        durable_acks: Vec::new(),
+        copy: None,
+        opts,
+        dir_calls: 0,
+        failed_at: None,
+    };
+    let db = match Db::open_with_storage_and_fs(&open_path, storage, opts, fs.clone()) {
+        Ok(db) => Some(db),
+        // The open's own directory sync failed: nothing was committed.
+        Err(e) if fault.is_some() => {
+            eprintln!("open failed under {fault:?}: {e}");
+            None
+        }
+        Err(e) => panic!("open: {e}"),
+    };
+    if let Some(db) = db {
+        workload(&db, mode, commits, seed, &dir, &fs, &mut trace);
+        // A compaction still running ends before the trace is taken (and before its
+        // directory goes). Under a planned fault it may fail, and the test asserts what it
+        // needs of the run itself.
+        let waited = db.wait_for_compaction();
+        if !fs.fault_planned() && background {
+            waited.unwrap();
+            assert!(db.compactions() >= 1, "{mode:?}: no compaction ran");
+        }
+        // Leave the close-time sync out of the trace.
+        std::mem::forget(db);
+    }
+    let files = log.files.lock().unwrap();
+    trace.ops = log.ops.lock().unwrap().clone();
+    trace.initial = files.initial.clone();
+    trace.dir_calls = fs.calls();
+    trace.failed_at = fs.failed_at().map(|(k, _)| k);
+    trace
+}
+
+/// Commits a run makes after the first failed directory operation.
+const AFTER_FAULT: u64 = 12;
+
+/// The commits of [`run_via`], recorded into `trace`.
+fn workload(
+    db: &Db,
+    mode: Mode,
+    commits: u64,
+    seed: u64,
+    dir: &tempfile::TempDir,
+    fs: &RecordingFs,
+    trace: &mut Trace,
+) {
+    let ops_now = || fs.log.len();
     let mut model = Model::new();
-    let mut states = vec![Model::new()];
-    let mut durable_acks = Vec::new();
-    let mut copy = None;
     let mut x = seed | 1;
+    let mut after_fault = 0;
     for c in 0..commits {
-        let mut tx = db.begin_write().unwrap();
+        if fs.failed_at().is_some() {
+            after_fault += 1;
+            if after_fault > AFTER_FAULT {
+                break;
+            }
+        }
+        let Ok(mut tx) = db.begin_write() else {
+            break;
+        };
+        let mut wrote = Ok(());
         {
-            let mut t = tx.open_tree("t").unwrap();
+            let mut t = match tx.open_tree("t") {
+                Ok(t) => t,
+                Err(_) => break,
+            };
             for _ in 0..12 {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 let k = key(x % 150);
                 if x % 11 == 0 {
-                    t.remove(&k).unwrap();
+                    wrote = wrote.and(t.remove(&k).map(|_| ()));
                     model.remove(&k);
                 } else {
                     let v = vec![(c % 251) as u8; 60 + (x % 150) as usize];
-                    t.insert(&k, &v).unwrap();
+                    wrote = wrote.and(t.insert(&k, &v));
                     model.insert(k, v);
                 }
             }
         }
-        // Mostly durable commits; some Async ones (durable at the next Sync commit).
-        let d = if c % 4 == 3 {
+        if wrote.is_err() {
+            break;
+        }
+        // Mostly durable commits; some Async ones (durable at the next Sync commit or
+        // `Db::sync`): every fourth, or under a fault two in five at random, so that
+        // compactions also start after Async commits.
+        let async_now = if fs.fault_planned() {
+            (x >> 20) % 5 < 2
+        } else {
+            c % 4 == 3
+        };
+        let d = if async_now {
             Durability::Async
         } else {
             Durability::Sync
         };
         tx.set_durability(d);
-        tx.commit().unwrap();
-        states.push(model.clone());
+        let committed = tx.commit();
+        // A commit that failed may or may not be in the file: its state is the last one
+        // the file may hold.
+        trace.states.push(model.clone());
+        if let Err(e) = committed {
+            eprintln!("commit {c} failed: {e}");
+            break;
+        }
         if matches!(d, Durability::Sync) {
-            durable_acks.push((ops_now(), states.len() - 1));
+            trace.durable_acks.push((ops_now(), trace.states.len() - 1));
         }
         if matches!(mode, Mode::BackgroundQuiet) {
-            db.wait_for_compaction().unwrap();
+            // Under a fault the compaction may fail; the commits go on.
+            let waited = db.wait_for_compaction();
+            if fs.failed_at().is_none() {
+                waited.unwrap();
+            }
+        }
+        // Every other Async commit is made durable by `Db::sync`, after the compaction it
+        // may have started: its state may live only in the new file, under a name not yet
+        // durable if the switch's directory sync failed.
+        let sync_now = if fs.fault_planned() {
+            async_now && (x >> 24) % 2 == 0
+        } else {
+            c % 8 == 7
+        };
+        if sync_now {
+            if let Err(e) = db.sync() {
+                eprintln!("sync after commit {c} failed: {e}");
+                break;
+            }
+            trace.durable_acks.push((ops_now(), trace.states.len() - 1));
         }
         if matches!(mode, Mode::CompactTo) && c == commits / 2 {
             let began = ops_now();
             db.compact_to(dir.path().join(DST)).unwrap();
-            copy = Some((ops_now(), began, states.len() - 1));
+            trace.copy = Some((ops_now(), began, trace.states.len() - 1));
         }
     }
-    if background {
-        db.wait_for_compaction().unwrap();
-        assert!(db.compactions() >= 1, "{mode:?}: no compaction ran");
-    }
-    let files = log.files.lock().unwrap();
-    let trace = Trace {
-        ops: log.ops.lock().unwrap().clone(),
-        initial: files.initial.clone(),
-        states,
-        durable_acks,
-        copy,
-        opts,
-    };
-    drop(files);
-    // Leave the close-time sync out of the trace.
-    std::mem::forget(db);
-    trace
 }
 
 /// The directory (names to files) and each file's contents a cut after `k` ops may leave.
@@ -298,7 +398,7 @@ fn every_cut_of_background_compaction_leaves_the_old_or_the_new_file_whole() {
 
 #[test]
 fn every_cut_of_background_compaction_opened_through_a_symlink_switches_the_file_it_names() {
-    let trace = run_via(Mode::BackgroundQuiet, 60, 0x7f4a_7c15, true);
+    let trace = run_via(Mode::BackgroundQuiet, 60, 0x7f4a_7c15, true, None);
     let renamed_to = |name: &str| {
         trace
             .ops
@@ -358,4 +458,121 @@ fn random_cuts_of_background_compaction_racing_commits_keep_every_durable_commit
     }
     assert!(switches >= 1, "no switch happened in any run");
     eprintln!("background (busy): {total} cuts over 3 runs, {switches} switches");
+}
+
+/// Each directory operation (link, rename, removal, directory sync) of a run of background
+/// compactions fails in turn, once or from then on, and the commits go on: a failed directory
+/// sync after a switch's rename leaves the new name to be synced by the next sync
+/// (docs/format.md, "Compaction by copy"), a failed rename leaves the old file in use. A power
+/// cut at every step from the failure to the end of the run (three images each) must leave
+/// the path naming a whole database with every commit acknowledged as durable before the cut.
+#[test]
+fn every_cut_after_a_failed_directory_operation_keeps_every_durable_commit() {
+    const COMMITS: u64 = 24;
+    const SEED: u64 = 0x3c6e_f372;
+    // A clean run of the same workload: the fault `at` usize::MAX is never reached.
+    let clean = run_via(
+        Mode::BackgroundQuiet,
+        COMMITS,
+        SEED,
+        false,
+        Some((usize::MAX, false)),
+    );
+    let renames = clean
+        .ops
+        .iter()
+        .filter(|o| matches!(o, Op::Rename { to, .. } if to == DB))
+        .count();
+    assert!(renames >= 3, "{renames} switches in the clean run");
+    // The open's directory sync and every operation of the first three compactions.
+    let second_switch = clean
+        .ops
+        .iter()
+        .filter(|o| o.file().is_none() && !matches!(o, Op::Create { .. }))
+        .position({
+            let mut seen = 0;
+            move |o| {
+                seen += matches!(o, Op::Rename { to, .. } if to == DB) as usize;
+                seen == 3
+            }
+        })
+        .unwrap();
+    let calls = (second_switch + 3).min(clean.dir_calls);
+    let dir = scratch_dir();
+    let (mut cuts, mut runs) = (0, 0);
+    for at in 1..=calls {
+        for sticky in [false, true] {
+            let trace = run_via(
+                Mode::BackgroundQuiet,
+                COMMITS,
+                SEED,
+                false,
+                Some((at, sticky)),
+            );
+            let Some(from) = trace.failed_at else {
+                panic!("directory call {at} of {calls} never failed");
+            };
+            runs += 1;
+            let label = format!("directory call {at} failing, sticky {sticky}");
+            for k in from..=trace.ops.len() {
+                for how in [
+                    Image::DurableOnly,
+                    Image::Everything,
+                    Image::Random(k as u64 * 7919 + at as u64),
+                ] {
+                    verify_cut(&trace, k, how, dir.path(), &label);
+                    cuts += 1;
+                }
+            }
+        }
+    }
+    eprintln!("failed directory operations: {runs} runs, {cuts} cuts");
+}
+
+/// [`every_cut_after_a_failed_directory_operation_keeps_every_durable_commit`] with commits
+/// racing the copy: the failing call is picked at random among a clean run's, and every cut
+/// from the failure on is checked (three images each).
+#[test]
+fn every_cut_after_a_failed_directory_operation_racing_commits_keeps_every_durable_commit() {
+    let dir = scratch_dir();
+    let (mut cuts, mut runs) = (0, 0);
+    for seed in 1..=4u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
+        let seed = seed * 0x9e37_79b9;
+        let clean = run_via(
+            Mode::BackgroundBusy,
+            48,
+            seed,
+            false,
+            Some((usize::MAX, false)),
+        );
+        if clean.dir_calls < 2 {
+            continue;
+        }
+        for sticky in [false, true] {
+            // Not the open's own directory sync (call 1): the busy runs are about the
+            // compactions.
+            let at = 2 + rng.below(clean.dir_calls as u64 - 1) as usize;
+            let trace = run_via(Mode::BackgroundBusy, 48, seed, false, Some((at, sticky)));
+            // Commits race the copy: this run may make fewer directory calls than the
+            // clean one.
+            let Some(from) = trace.failed_at else {
+                continue;
+            };
+            runs += 1;
+            let label = format!("busy {seed:#x}, directory call {at} failing, sticky {sticky}");
+            for k in from..=trace.ops.len() {
+                for how in [
+                    Image::DurableOnly,
+                    Image::Everything,
+                    Image::Random(rng.next()),
+                ] {
+                    verify_cut(&trace, k, how, dir.path(), &label);
+                    cuts += 1;
+                }
+            }
+        }
+    }
+    assert!(runs >= 4, "only {runs} runs reached their failing call");
+    eprintln!("failed directory operations, busy: {runs} runs, {cuts} cuts");
 }

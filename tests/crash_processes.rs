@@ -616,9 +616,7 @@ impl Sim {
             })
         };
         let fs = Arc::new(MortalFs {
-            inner: RecordingFs {
-                log: self.log.clone(),
-            },
+            inner: RecordingFs::new(self.log.clone()),
             fate: fate.clone(),
             meta_end,
         });

@@ -119,6 +119,75 @@ pub fn recording(file: File, id: usize, log: &Log) -> Recording<Op> {
 #[derive(Debug)]
 pub struct RecordingFs {
     pub log: Arc<Log>,
+    /// A directory operation that fails on purpose, if any.
+    pub fault: Option<DirFault>,
+}
+
+impl RecordingFs {
+    /// Every operation performed and logged.
+    pub fn new(log: Arc<Log>) -> RecordingFs {
+        RecordingFs { log, fault: None }
+    }
+
+    /// The `at`-th (from 1) link, rename, removal or directory sync fails, and with `sticky`
+    /// every one after it: a failed operation changes nothing and is not logged, so a cut
+    /// after it finds the directory as the operations before it left it.
+    pub fn failing(log: Arc<Log>, at: usize, sticky: bool) -> RecordingFs {
+        let fault = DirFault {
+            at,
+            sticky,
+            calls: Default::default(),
+            failed_at: Mutex::new(None),
+        };
+        RecordingFs {
+            log,
+            fault: Some(fault),
+        }
+    }
+
+    /// Made by [`RecordingFs::failing`].
+    pub fn fault_planned(&self) -> bool {
+        self.fault.is_some()
+    }
+
+    /// Directory operations asked for so far, failed ones included (0 without a fault
+    /// planned: only [`RecordingFs::failing`] counts).
+    pub fn calls(&self) -> usize {
+        self.fault.as_ref().map_or(0, |f| *f.calls.lock().unwrap())
+    }
+
+    /// How many operations the log held when the first failure happened (a cut at this
+    /// length or later comes after it), and what failed.
+    pub fn failed_at(&self) -> Option<(usize, &'static str)> {
+        self.fault
+            .as_ref()
+            .and_then(|f| *f.failed_at.lock().unwrap())
+    }
+
+    fn turn(&self, what: &'static str) -> io::Result<()> {
+        let Some(f) = &self.fault else {
+            return Ok(());
+        };
+        let mut calls = f.calls.lock().unwrap();
+        *calls += 1;
+        if *calls == f.at || (f.sticky && *calls > f.at) {
+            let mut first = f.failed_at.lock().unwrap();
+            if first.is_none() {
+                *first = Some((self.log.len(), what));
+            }
+            return Err(io::Error::other(format!("{what} refused by the test")));
+        }
+        Ok(())
+    }
+}
+
+/// The failure plan of [`RecordingFs::failing`].
+#[derive(Debug)]
+pub struct DirFault {
+    at: usize,
+    sticky: bool,
+    calls: Mutex<usize>,
+    failed_at: Mutex<Option<(usize, &'static str)>>,
 }
 
 impl CompactionFs for RecordingFs {
@@ -142,6 +211,7 @@ impl CompactionFs for RecordingFs {
         Box::new(recording(file, id, &self.log))
     }
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.turn("hard_link")?;
         std::fs::hard_link(from, to)?;
         let mut files = self.log.files.lock().unwrap();
         let id = files.names[&name_of(from)];
@@ -153,6 +223,7 @@ impl CompactionFs for RecordingFs {
         Ok(())
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.turn("rename")?;
         std::fs::rename(from, to)?;
         let mut files = self.log.files.lock().unwrap();
         let id = files.names.remove(&name_of(from)).unwrap();
@@ -164,6 +235,7 @@ impl CompactionFs for RecordingFs {
         Ok(())
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
+        self.turn("remove")?;
         std::fs::remove_file(path)?;
         let mut files = self.log.files.lock().unwrap();
         files.names.remove(&name_of(path));
@@ -173,6 +245,7 @@ impl CompactionFs for RecordingFs {
         Ok(())
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.turn("sync_dir")?;
         File::open(dir)?.sync_all()?;
         self.log.ops.lock().unwrap().push(Op::SyncDir);
         Ok(())
