@@ -478,6 +478,7 @@ impl Db {
                 reader_pinned: Default::default(),
                 trigger: Default::default(),
                 spare_nodes: Default::default(),
+                written: Default::default(),
                 flush_started_at: 0,
                 hot_run_grown: false,
                 last_hot_run: None,

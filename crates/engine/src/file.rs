@@ -43,6 +43,8 @@ pub(crate) struct WriterState {
     pub trigger: crate::compaction_state::Trigger,
     /// Buffers of the dirty nodes of finished transactions, for the next ones' copies.
     pub spare_nodes: crate::node::SpareNodes,
+    /// The nodes the last commits wrote, for the next transactions' copies of their pages.
+    pub written: crate::node::WrittenNodes,
     /// Bytes of replaced pages waiting for a durable point when a background flush was last
     /// started ahead of it (`Txn::unsynced_over_limit`).
     pub flush_started_at: u64,
@@ -342,6 +344,9 @@ impl OpenFile {
             // from the file's free pages, less the working space (`Trigger`).
             trigger: Default::default(),
             spare_nodes: std::mem::take(&mut w.spare_nodes),
+            // Another process may have written any page since (each under a newer txid,
+            // which `WrittenNodes::take` would see, but nothing is gained by keeping them).
+            written: Default::default(),
             flush_started_at: 0,
             hot_run_grown: w.hot_run_grown,
             last_hot_run: None,

@@ -53,7 +53,24 @@ impl Txn {
                 let base = Arc::clone(&self.base);
                 let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
                 let page = view.node(p, role)?;
-                let mut node = Node::decode_reusing(&page, 0, role, &mut self.writer.spare_nodes)?;
+                let written = self
+                    .writer
+                    .written
+                    .take(p, page.txid(), role, page.leaf, page.count);
+                let mut node = match written {
+                    Some(n) => {
+                        #[cfg(debug_assertions)]
+                        {
+                            let d = Node::decode_reusing(&page, 0, role, &mut Default::default())?;
+                            assert!(
+                                n.same_entries(&d),
+                                "the node kept for page {p} differs from the page"
+                            );
+                        }
+                        n
+                    }
+                    None => Node::decode_reusing(&page, 0, role, &mut self.writer.spare_nodes)?,
+                };
                 node.page = self.alloc_node();
                 node.hot = page.txid() + 1 >= self.txid;
                 self.free_written(p, 1, page.txid());

@@ -135,6 +135,90 @@ impl SpareNodes {
     }
 }
 
+/// The nodes the writer's last commits wrote, kept as they were encoded, so that the next
+/// transactions copy a page they wrote without decoding it again (`Txn::touch`): a one-key
+/// commit copies the same root, upper branches and catalog leaf as the commit before it, and
+/// decoding those (~150 separators each) was a third of an Async overwrite's instructions.
+///
+/// A kept node stands for page `page` only while that page is what the commit with txid
+/// `txid` wrote there: pages are written only by commits, every commit under a txid no other
+/// commit had (a failed commit keeps nothing here), so a page whose header carries that txid
+/// still holds those bytes. `take` checks the header's txid, role, type and entry count;
+/// anything else decodes the page.
+#[derive(Debug, Default)]
+pub struct WrittenNodes {
+    kept: std::collections::VecDeque<(PageId, TxId, Node)>,
+}
+
+impl WrittenNodes {
+    /// The most nodes kept: a few one-key commits' paths (root, branches, leaf, catalog).
+    pub const MAX: usize = 32;
+
+    /// The node written to `page` by commit `txid`, if it is kept and matches the page's
+    /// header (`role`, `leaf`, `count` entries). It leaves the set: the transaction edits it.
+    #[inline]
+    pub fn take(
+        &mut self,
+        page: PageId,
+        txid: TxId,
+        role: PageRole,
+        leaf: bool,
+        count: usize,
+    ) -> Option<Node> {
+        if self.kept.is_empty() {
+            // After a commit of many pages (a load): nothing kept, no call.
+            return None;
+        }
+        self.take_kept(page, txid, role, leaf, count)
+    }
+
+    fn take_kept(
+        &mut self,
+        page: PageId,
+        txid: TxId,
+        role: PageRole,
+        leaf: bool,
+        count: usize,
+    ) -> Option<Node> {
+        let i = self.kept.iter().position(|(p, _, _)| *p == page)?;
+        let (_, t, n) = self.kept.remove(i)?;
+        if t == txid && n.role == role && n.leaf == leaf && n.ents.len() == count {
+            return Some(n);
+        }
+        // The page was written again since: this node is stale.
+        None
+    }
+
+    /// Keep `n`, written to its page by commit `txid`; the oldest kept node goes to `spare`
+    /// beyond [`WrittenNodes::MAX`].
+    pub fn keep(&mut self, txid: TxId, n: Node, spare: &mut SpareNodes, page_size: usize) {
+        if let Some(i) = self.kept.iter().position(|(p, _, _)| *p == n.page) {
+            // An older node of the same page (the page was freed and written again).
+            if let Some((_, _, old)) = self.kept.remove(i) {
+                spare.put(old, page_size);
+            }
+        }
+        self.kept.push_back((n.page, txid, n));
+        while self.kept.len() > Self::MAX {
+            if let Some((_, _, old)) = self.kept.pop_front() {
+                spare.put(old, page_size);
+            }
+        }
+    }
+
+    /// Drop what is kept for `page` (a commit wrote it and did not keep its node).
+    pub fn forget(&mut self, page: PageId) {
+        self.kept.retain(|(p, _, _)| *p != page);
+    }
+
+    /// Give every kept node's buffers to `spare`.
+    pub fn clear(&mut self, spare: &mut SpareNodes, page_size: usize) {
+        for (_, _, n) in self.kept.drain(..) {
+            spare.put(n, page_size);
+        }
+    }
+}
+
 /// One entry of a dirty node: where its key and value sit in the node's byte arena. An inline
 /// value follows the key; for a value in an overflow run, the run's first page id follows the
 /// key (8 bytes, little-endian, as in the page's cell) and `vlen` is the value's length.
@@ -416,6 +500,40 @@ impl Node {
             .iter()
             .filter(|e| e.flags & FRESH != 0)
             .filter_map(|e| self.run_of(e))
+    }
+
+    /// Make this node, just written by a commit, what decoding its page would give the next
+    /// transaction in the ways that matter: every dirty child's page id resolved (`page_of`),
+    /// and no entry marked as written by this transaction. False, and the node unchanged,
+    /// when an entry refers to an overflow run this transaction wrote (such nodes are not
+    /// kept: [`WrittenNodes`]).
+    pub fn settle_written(&mut self, page_of: impl Fn(NodeIdx) -> PageId) -> bool {
+        if !self.live || self.ents.iter().any(|e| e.flags & FRESH != 0) {
+            return false;
+        }
+        for c in &mut self.children {
+            if let Child::Node(i) = *c {
+                *c = Child::Page(page_of(i));
+            }
+        }
+        self.searches = 0;
+        true
+    }
+
+    /// Same type, role, entries (keys, values, overflow references) and children as `other`:
+    /// what a kept node must share with its page decoded (checked in debug builds).
+    #[cfg(debug_assertions)]
+    pub fn same_entries(&self, other: &Node) -> bool {
+        self.leaf == other.leaf
+            && self.role == other.role
+            && self.len() == other.len()
+            && self.children == other.children
+            && (0..self.len()).all(|i| {
+                self.key(i) == other.key(i)
+                    && self.val(i) == other.val(i)
+                    && self.entry_size(i) == other.entry_size(i)
+            })
+            && self.size() == other.size()
     }
 
     /// Leaf: position of `key`, or where it would be inserted.
@@ -1039,6 +1157,47 @@ mod tests {
     /// Keys that are prefixes of each other, empty, of 7/8/9/16/17 bytes, with 0x00 and 0xff
     /// bytes: `search` and `child_index` (eight bytes at a time, `compare_keys`) find what a
     /// search by slice order finds, for every probe.
+    #[test]
+    fn a_kept_node_is_taken_only_for_the_page_and_txid_it_was_written_with() {
+        let mut spare = SpareNodes::default();
+        let mut kept = WrittenNodes::default();
+        let mut n = leaf(3);
+        n.page = 7;
+        kept.keep(10, n, &mut spare, 4096);
+        // Another txid on the page: written again since; the stale node is dropped.
+        assert!(kept.take(7, 11, PageRole::Data, true, 3).is_none());
+        assert!(kept.take(7, 10, PageRole::Data, true, 3).is_none());
+        let mut n = leaf(3);
+        n.page = 7;
+        kept.keep(10, n, &mut spare, 4096);
+        // Another role, type or entry count than the page's header says: not this node.
+        assert!(kept.take(7, 10, PageRole::Catalog, true, 3).is_none());
+        let mut n = leaf(3);
+        n.page = 7;
+        kept.keep(10, n, &mut spare, 4096);
+        assert!(kept.take(7, 10, PageRole::Data, true, 4).is_none());
+        let mut n = leaf(3);
+        n.page = 7;
+        kept.keep(10, n, &mut spare, 4096);
+        assert!(kept.take(8, 10, PageRole::Data, true, 3).is_none());
+        let n = kept.take(7, 10, PageRole::Data, true, 3).unwrap();
+        assert_eq!((n.page, n.len()), (7, 3));
+        // Keeping a page again replaces the older node; the oldest go beyond MAX.
+        for p in 0..WrittenNodes::MAX as u64 + 5 {
+            let mut n = leaf(1);
+            n.page = p;
+            kept.keep(20, n, &mut spare, 4096);
+        }
+        let mut n = leaf(2);
+        n.page = 10;
+        kept.keep(21, n, &mut spare, 4096);
+        assert!(kept.take(0, 20, PageRole::Data, true, 1).is_none());
+        assert!(kept.take(10, 20, PageRole::Data, true, 1).is_none());
+        assert!(kept.take(12, 20, PageRole::Data, true, 1).is_some());
+        kept.forget(13);
+        assert!(kept.take(13, 20, PageRole::Data, true, 1).is_none());
+    }
+
     #[test]
     fn search_and_child_index_order_keys_as_slices_do() {
         let mut keys: Vec<Vec<u8>> = vec![Vec::new()];

@@ -18,7 +18,7 @@ use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 use crate::alloc::Undo;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, Shared, Snapshot, WriterState};
-use crate::node::{Child, Node, NodeIdx};
+use crate::node::{Child, Node, NodeIdx, WrittenNodes};
 use crate::node_page::Limits;
 use crate::options::Durability;
 use crate::view::View;
@@ -421,6 +421,8 @@ impl Txn {
         let r = self.commit_inner();
         if r.is_err() {
             self.rollback();
+        } else {
+            self.keep_written();
         }
         self.done = true;
         if r.is_ok() {
@@ -434,6 +436,44 @@ impl Txn {
             }
             Ok(_) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// After a commit that succeeded: keep the nodes it wrote for the next transactions'
+    /// copies of their pages (`WrittenNodes`), when it wrote few (a commit of many pages
+    /// leaves most of what was kept stale, and its nodes are mostly leaves no one copies
+    /// next).
+    fn keep_written(&mut self) {
+        self.park();
+        let ps = self.limits.page_size;
+        let written: usize = self
+            .trees
+            .iter()
+            .map(|t| t.nodes.iter().filter(|n| n.live).count())
+            .sum();
+        let writer = &mut *self.writer;
+        if written > WrittenNodes::MAX {
+            writer.written.clear(&mut writer.spare_nodes, ps);
+            return;
+        }
+        for tree in &mut self.trees {
+            let pages: Vec<PageId> = tree.nodes.iter().map(|n| n.page).collect();
+            let mut i = 0;
+            while i < tree.nodes.len() {
+                if tree.nodes[i].settle_written(|c| pages[c]) {
+                    let n = tree.nodes.swap_remove(i);
+                    writer
+                        .written
+                        .keep(self.txid, n, &mut writer.spare_nodes, ps);
+                } else {
+                    // Not kept (merged away, or holding a fresh overflow run): a node kept
+                    // for its page earlier is stale if this commit wrote the page.
+                    if tree.nodes[i].live {
+                        writer.written.forget(tree.nodes[i].page);
+                    }
+                    i += 1;
+                }
+            }
         }
     }
 
