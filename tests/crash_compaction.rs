@@ -460,6 +460,23 @@ fn random_cuts_of_background_compaction_racing_commits_keep_every_durable_commit
     eprintln!("background (busy): {total} cuts over 3 runs, {switches} switches");
 }
 
+/// Every cut of `trace` from op `from` to its end, three images each (the random one seeded
+/// from `seed` and the cut); how many.
+fn every_cut_from(trace: &Trace, from: usize, dir: &Path, label: &str, seed: u64) -> usize {
+    let mut cuts = 0;
+    for k in from..=trace.ops.len() {
+        for how in [
+            Image::DurableOnly,
+            Image::Everything,
+            Image::Random(k as u64 * 7919 + seed),
+        ] {
+            verify_cut(trace, k, how, dir, label);
+            cuts += 1;
+        }
+    }
+    cuts
+}
+
 /// Each directory operation (link, rename, removal, directory sync) of a run of background
 /// compactions fails in turn, once or from then on, and the commits go on: a failed directory
 /// sync after a switch's rename leaves the new name to be synced by the next sync
@@ -514,16 +531,7 @@ fn every_cut_after_a_failed_directory_operation_keeps_every_durable_commit() {
             };
             runs += 1;
             let label = format!("directory call {at} failing, sticky {sticky}");
-            for k in from..=trace.ops.len() {
-                for how in [
-                    Image::DurableOnly,
-                    Image::Everything,
-                    Image::Random(k as u64 * 7919 + at as u64),
-                ] {
-                    verify_cut(&trace, k, how, dir.path(), &label);
-                    cuts += 1;
-                }
-            }
+            cuts += every_cut_from(&trace, from, dir.path(), &label, at as u64);
         }
     }
     eprintln!("failed directory operations: {runs} runs, {cuts} cuts");
@@ -561,16 +569,7 @@ fn every_cut_after_a_failed_directory_operation_racing_commits_keeps_every_durab
             };
             runs += 1;
             let label = format!("busy {seed:#x}, directory call {at} failing, sticky {sticky}");
-            for k in from..=trace.ops.len() {
-                for how in [
-                    Image::DurableOnly,
-                    Image::Everything,
-                    Image::Random(rng.next()),
-                ] {
-                    verify_cut(&trace, k, how, dir.path(), &label);
-                    cuts += 1;
-                }
-            }
+            cuts += every_cut_from(&trace, from, dir.path(), &label, rng.next());
         }
     }
     assert!(runs >= 4, "only {runs} runs reached their failing call");

@@ -166,20 +166,9 @@ impl WrittenNodes {
         count: usize,
     ) -> Option<Node> {
         if self.kept.is_empty() {
-            // After a commit of many pages (a load): nothing kept, no call.
+            // After a commit of many pages (a load): nothing kept.
             return None;
         }
-        self.take_kept(page, txid, role, leaf, count)
-    }
-
-    fn take_kept(
-        &mut self,
-        page: PageId,
-        txid: TxId,
-        role: PageRole,
-        leaf: bool,
-        count: usize,
-    ) -> Option<Node> {
         let i = self.kept.iter().position(|(p, _, _)| *p == page)?;
         let (_, t, n) = self.kept.remove(i)?;
         if t == txid && n.role == role && n.leaf == leaf && n.ents.len() == count {
