@@ -2860,3 +2860,74 @@ fn a_reader_held_across_a_durable_point_keeps_its_pages_and_every_cut_a_whole_st
     }
     every_variant(variants);
 }
+
+/// Async commits leave the free map behind (the writer carries their bits); the Sync commit
+/// that saves the carried bits fails (its n-th write, its first or second fdatasync, or the
+/// file's growth) and is retried, reopening first when the failure poisoned the handle (the
+/// reopen then takes a behind meta, or the failed commit's own, and finds its free pages by
+/// the walk). Then more Async commits and a close. Every cut must open at a whole committed
+/// state, and the retry must carry the bits the failed attempt took with it.
+fn script_failed_save_of_carried_bits(fail: Step) -> Vec<Step> {
+    let mut s = Vec::new();
+    for i in 0..60 {
+        s.push(Step::Put("d", key(i), val(i, 120)));
+    }
+    s.push(Step::Commit(Durability::Sync));
+    for r in 1..=3u64 {
+        for i in (r..60).step_by(4) {
+            s.push(Step::Put("d", key(i), val(i + 100 * r, 120)));
+        }
+        if r == 2 {
+            s.push(Step::Del("d", key(3)));
+            s.push(Step::Put("d", b"big".to_vec(), val(r, 9_000)));
+        }
+        s.push(Step::Commit(Durability::Async));
+    }
+    s.push(fail);
+    for i in (0..60).step_by(5) {
+        s.push(Step::Put("d", key(i), val(i + 700, 120)));
+    }
+    // Enough new leaves that the commit grows the file.
+    for i in 0..320 {
+        s.push(Step::Put("e", key(i), val(i, 900)));
+    }
+    s.push(Step::Del("d", b"big".to_vec()));
+    s.push(Step::Commit(Durability::Sync));
+    for r in 8..=9u64 {
+        for i in (r..60).step_by(6) {
+            s.push(Step::Put("d", key(i), val(i + 100 * r, 120)));
+        }
+        s.push(Step::Commit(Durability::Async));
+    }
+    s.push(Step::Close);
+    s.push(Step::Put("d", key(1), val(1, 30)));
+    s.push(Step::Commit(Durability::Sync));
+    s
+}
+
+#[test]
+fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    let fails = (1..=4).map(|n| Step::Fail(Call::Write, n)).chain([
+        Step::Fail(Call::Sync, 1),
+        Step::Fail(Call::Sync, 2),
+        Step::Fail(Call::SetLen, 1),
+    ]);
+    for fail in fails {
+        for (opts, o) in [
+            (Options::default(), "default"),
+            (Options::default().one_fsync_commit(false), "two syncs"),
+        ] {
+            let label = format!("failed save of carried bits, {fail:?}, {o}");
+            let steps = script_failed_save_of_carried_bits(fail.clone());
+            variants.push((
+                label.clone(),
+                Box::new(move || {
+                    let trace = exhaustive_losing_one(&label, &steps, opts);
+                    assert_eq!(trace.faults, 1, "{label}: the fault did not fire");
+                }),
+            ));
+        }
+    }
+    every_variant(variants);
+}
