@@ -19,7 +19,9 @@
 //! one write or one page of one, and every image that tears one meta write).
 
 mod support;
-use support::images::{contents, image_at, min_durable, normalize, takes_a_commit, Image, Model};
+use support::images::{
+    contents, image_at, min_durable, normalize, reader_contents, takes_a_commit, Image, Model,
+};
 use support::recording::{open_rw, Call, Fault, FaultPlan, IoLog, IoOp, Recording, SyncRecorded};
 use support::{scratch_dir, Rng};
 
@@ -228,6 +230,14 @@ enum Step {
     Close,
     /// In-place compaction (several Sync commits, then truncation of the file).
     Compact,
+    /// Begin a read transaction and hold it across the steps that follow: the pages its
+    /// snapshot reaches must stay as they are until it ends, whatever commits, aborts,
+    /// durable points and compactions come meanwhile, and the pages it keeps from reuse change
+    /// which pages later commits take (so the power cuts meet other layouts).
+    Read,
+    /// End the oldest reader still held, after checking that it still reads exactly the state
+    /// it began with. (A close or reopen ends every reader the same way first.)
+    EndRead,
     /// The n-th call of this kind during the next commit, abort, sync, close or compaction
     /// fails (disarmed after it if it did not fire).
     Fail(Call, u32),
@@ -596,6 +606,9 @@ struct Coverage {
     durable_point_syncs: [[usize; 3]; 2],
     /// Async commits that synced: durable points forced by `max_unsynced_bytes`.
     forced_durable_points: usize,
+    /// Readers ([`Step::Read`]) that ended still reading their state after commits were made
+    /// past their snapshot, and those of them that a durable point also passed.
+    readers_held: [usize; 2],
     /// Edit faults ([`Step::EditFault`]) that fired, by [`EditFault::kind`]: a write, a short
     /// write, the file's growth (the disk full), one resize (the edit goes through); and
     /// those armed for an edit that made no call of their kind.
@@ -639,6 +652,9 @@ impl Coverage {
             }
         }
         self.forced_durable_points += o.forced_durable_points;
+        for i in 0..2 {
+            self.readers_held[i] += o.readers_held[i];
+        }
         for i in 0..4 {
             self.edit_faults[i] += o.edit_faults[i];
             self.after_edit_faults[i] += o.after_edit_faults[i];
@@ -695,6 +711,9 @@ struct Driver {
     /// Async commits since the engine's last fdatasync, if nothing else happened since
     /// (for `Coverage::durable_point_syncs`).
     async_run: Option<usize>,
+    /// Readers held ([`Step::Read`]), oldest first: the reader, the state it began with, and
+    /// its txid.
+    readers: Vec<(larch::ReadTx, Model, u64)>,
 }
 
 impl Driver {
@@ -731,12 +750,71 @@ impl Driver {
         panic!("open kept failing");
     }
 
+    /// Begin a reader of the newest commit and hold it ([`Step::Read`]).
+    fn read(&mut self) {
+        let rx = self.db().begin_read().unwrap();
+        let txid = rx.txid();
+        let want = self
+            .states()
+            .get(&txid)
+            .unwrap_or_else(|| panic!("a reader began at txid {txid}, never committed"))
+            .clone();
+        self.event(format!("reader of txid {txid} begins"));
+        self.readers.push((rx, want, txid));
+    }
+
+    /// End the oldest reader held ([`Step::EndRead`]), or every one (`all`, before a close or
+    /// reopen): each must still read exactly the state it began with, unless the handle is
+    /// poisoned (a failed sync: its contents are unknown, and it is dropped unread).
+    fn end_readers(&mut self, all: bool) {
+        let n = if all {
+            self.readers.len()
+        } else {
+            self.readers.len().min(1)
+        };
+        let poisoned = self.db.as_ref().is_none_or(|db| db.begin_read().is_err());
+        let k = self.shared.len();
+        let durable = {
+            let ops = self.shared.ops.lock().unwrap();
+            min_durable(&self.acks, &ops, k)
+        };
+        for (rx, want, txid) in self.readers.drain(..n) {
+            if poisoned {
+                continue;
+            }
+            let got = reader_contents(&rx);
+            assert!(
+                normalize(&got) == normalize(&want),
+                "a reader of txid {txid} no longer reads that commit's state (newest commit {}, \
+                 durable {durable}; after: {})",
+                self.last_txid,
+                self.shared
+                    .events
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .rev()
+                    .take(4)
+                    .map(|(at, e)| format!("{e} (from op {at})"))
+                    .collect::<Vec<_>>()
+                    .join(" <- ")
+            );
+            if self.last_txid > txid {
+                self.coverage.readers_held[0] += 1;
+                if durable > txid {
+                    self.coverage.readers_held[1] += 1;
+                }
+            }
+        }
+    }
+
     /// Drop the handle (if still open) and reopen the file. It must open at a whole committed
     /// state no older than the last one acknowledged durable (it may be newer: a commit whose
     /// sync failed may have reached the file, and Async or NoMetaSync ones may be lost or
     /// kept). Open syncs the file, so that state is durable from here on, and the next
     /// commits build on it.
     fn reopen(&mut self) {
+        self.end_readers(true);
         drop(self.db.take());
         let db = self.open();
         let k = self.shared.len();
@@ -950,6 +1028,8 @@ impl Driver {
         self.event("close".into());
         let _ = self.durable_point();
         self.coverage.closes += 1;
+        // A reader would keep the file open past the close.
+        self.end_readers(true);
         // Dropping the last handle makes every commit durable (its errors go nowhere: the
         // fault plan says whether one happened).
         drop(self.db.take());
@@ -1011,6 +1091,7 @@ fn run(steps: &[Step], opts: Options) -> Trace {
         acks: Vec::new(),
         coverage: Coverage::default(),
         async_run: Some(0),
+        readers: Vec::new(),
     };
     d.db = Some(d.open());
     // Data steps of the open transaction: applied when it ends (nothing else runs meanwhile).
@@ -1050,6 +1131,11 @@ fn run(steps: &[Step], opts: Options) -> Trace {
                 );
                 d.compact();
             }
+            Step::Read => {
+                assert!(pending.is_empty(), "script reads with a transaction open");
+                d.read();
+            }
+            Step::EndRead => d.end_readers(false),
             other => unreachable!("a data step: {other:?}"),
         }
         if !is_data(step) && !matches!(step, Step::Fail(..)) {
@@ -1059,6 +1145,7 @@ fn run(steps: &[Step], opts: Options) -> Trace {
     if !pending.is_empty() {
         d.abort(&pending, false);
     }
+    d.end_readers(true);
     shared.disarm();
     // Leave the close-time sync out of the trace: cuts before it are the interesting ones.
     let ops = shared.ops.lock().unwrap().clone();
@@ -1800,8 +1887,22 @@ fn random_steps(seed: u64) -> Vec<Step> {
         s: Vec::new(),
         appended: 0,
     };
+    // Readers come from their own generator, so every seed makes the same other steps as
+    // before readers were added: each round may begin one (at most two held at once) and may
+    // end the oldest, so readers live across runs of Async commits, aborts, durable points
+    // (forced ones too), in-place compactions and the faults of any of them.
+    let mut readers = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);
+    let mut held = 0;
     let rounds = 6 + g.rng.below(14);
     for _ in 0..rounds {
+        if held > 0 && readers.below(3) == 0 {
+            g.s.push(Step::EndRead);
+            held -= 1;
+        }
+        if held < 2 && readers.below(3) == 0 {
+            g.s.push(Step::Read);
+            held += 1;
+        }
         // A run of 0..=4 Async commits, so whatever ends it (a Sync commit, db.sync, a close)
         // meets both meta-slot parities.
         for _ in 0..g.rng.below(5) {
@@ -2088,7 +2189,8 @@ fn random_workloads_survive_random_cuts() {
                 && c.three_from_two > 0
                 && c.durable_point_syncs[1][0] > 0
                 && c.durable_point_syncs[0][1] > 0
-                && c.forced_durable_points > 0,
+                && c.forced_durable_points > 0
+                && c.readers_held.iter().all(|&n| n > 0),
             "the generator no longer makes every case: {c:?}"
         );
     }
@@ -2666,4 +2768,166 @@ fn every_cut_after_an_edit_failed_by_its_own_write_keeps_the_transaction_whole()
         ));
     }
     every_variant(cases);
+}
+
+/// A reader held across a durable point (the review's focus on the free map behind its meta,
+/// pages only readers pin and forced durable points): Async commits rewrite the pages of
+/// earlier Async ones while a reader of one of them holds them (only readers pin them: the
+/// reader keeps them out of reuse), then a durable point (`db.sync`, a Sync commit, or one
+/// forced by `max_unsynced_bytes`) passes the reader, whose pages are now in the durable
+/// meta's history, then more Async commits, an aborted transaction that writes an overflow
+/// run, and a failed write retried, before the reader ends; then commits that reuse what it
+/// held. The reader must still read its state when it ends, and every cut open at a whole
+/// committed state no older than the last durable one.
+fn script_reader_across_a_durable_point(end: Step) -> Vec<Step> {
+    let mut s = Vec::new();
+    for i in 0..40 {
+        s.push(Step::Put("d", key(i), val(i, 150)));
+    }
+    s.push(Step::Commit(Durability::Sync));
+    let round = |s: &mut Vec<Step>, r: u64, d: Durability| {
+        for i in (r % 3..40).step_by(3) {
+            s.push(Step::Put("d", key(i), val(i + 100 * r, 150)));
+        }
+        s.push(Step::Commit(d));
+    };
+    round(&mut s, 1, Durability::Async);
+    s.push(Step::Read);
+    round(&mut s, 2, Durability::Async);
+    round(&mut s, 3, Durability::Async);
+    match end {
+        Step::Sync | Step::Close => s.push(end),
+        Step::Commit(d) => round(&mut s, 4, d),
+        other => unreachable!("{other:?}"),
+    }
+    round(&mut s, 5, Durability::Async);
+    s.push(Step::Put("d", b"big".to_vec(), val(9, 6_000)));
+    s.push(Step::Abort);
+    s.push(Step::Fail(Call::Write, 1));
+    round(&mut s, 6, Durability::Async);
+    s.push(Step::Read);
+    round(&mut s, 7, Durability::Async);
+    s.push(Step::EndRead);
+    round(&mut s, 8, Durability::Async);
+    round(&mut s, 9, Durability::Async);
+    s.push(Step::EndRead);
+    round(&mut s, 10, Durability::Async);
+    round(&mut s, 11, Durability::Sync);
+    round(&mut s, 12, Durability::Async);
+    s.push(Step::Sync);
+    s
+}
+
+#[test]
+fn a_reader_held_across_a_durable_point_keeps_its_pages_and_every_cut_a_whole_state() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    for (end, e) in [
+        (Step::Sync, "db.sync"),
+        (Step::Close, "close"),
+        (Step::Commit(Durability::Sync), "a Sync commit"),
+        (Step::Commit(Durability::NoMetaSync), "a NoMetaSync commit"),
+    ] {
+        for (opts, o) in [
+            (Options::default(), "default"),
+            (Options::default().policy(Policy::BestFit), "best fit"),
+            (
+                Options::default().max_unsynced_bytes(Some(8 << 10)),
+                "forced durable points",
+            ),
+            (
+                Options::default().carried_max_bits(16),
+                "a carried cap of 16",
+            ),
+        ] {
+            let label = format!("reader across {e}, {o}");
+            // A close ends the first reader before it outlives its durable point; a NoMetaSync
+            // meta is durable only at the next sync, after both readers ended.
+            let passed = usize::from(matches!(e, "db.sync" | "a Sync commit"));
+            let steps = script_reader_across_a_durable_point(end.clone());
+            variants.push((
+                label.clone(),
+                Box::new(move || {
+                    let trace = exhaustive_losing_one(&label, &steps, opts);
+                    let c = &trace.coverage;
+                    assert!(
+                        c.readers_held[0] == 2 && c.readers_held[1] >= passed,
+                        "{label}: the readers did not outlive the commits and durable point \
+                         they should: {c:?}"
+                    );
+                }),
+            ));
+        }
+    }
+    every_variant(variants);
+}
+
+/// Async commits leave the free map behind (the writer carries their bits); the Sync commit
+/// that saves the carried bits fails (its n-th write, its first or second fdatasync, or the
+/// file's growth) and is retried, reopening first when the failure poisoned the handle (the
+/// reopen then takes a behind meta, or the failed commit's own, and finds its free pages by
+/// the walk). Then more Async commits and a close. Every cut must open at a whole committed
+/// state, and the retry must carry the bits the failed attempt took with it.
+fn script_failed_save_of_carried_bits(fail: Step) -> Vec<Step> {
+    let mut s = Vec::new();
+    for i in 0..60 {
+        s.push(Step::Put("d", key(i), val(i, 120)));
+    }
+    s.push(Step::Commit(Durability::Sync));
+    for r in 1..=3u64 {
+        for i in (r..60).step_by(4) {
+            s.push(Step::Put("d", key(i), val(i + 100 * r, 120)));
+        }
+        if r == 2 {
+            s.push(Step::Del("d", key(3)));
+            s.push(Step::Put("d", b"big".to_vec(), val(r, 9_000)));
+        }
+        s.push(Step::Commit(Durability::Async));
+    }
+    s.push(fail);
+    for i in (0..60).step_by(5) {
+        s.push(Step::Put("d", key(i), val(i + 700, 120)));
+    }
+    // Enough new leaves that the commit grows the file.
+    for i in 0..320 {
+        s.push(Step::Put("e", key(i), val(i, 900)));
+    }
+    s.push(Step::Del("d", b"big".to_vec()));
+    s.push(Step::Commit(Durability::Sync));
+    for r in 8..=9u64 {
+        for i in (r..60).step_by(6) {
+            s.push(Step::Put("d", key(i), val(i + 100 * r, 120)));
+        }
+        s.push(Step::Commit(Durability::Async));
+    }
+    s.push(Step::Close);
+    s.push(Step::Put("d", key(1), val(1, 30)));
+    s.push(Step::Commit(Durability::Sync));
+    s
+}
+
+#[test]
+fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    let fails = (1..=4).map(|n| Step::Fail(Call::Write, n)).chain([
+        Step::Fail(Call::Sync, 1),
+        Step::Fail(Call::Sync, 2),
+        Step::Fail(Call::SetLen, 1),
+    ]);
+    for fail in fails {
+        for (opts, o) in [
+            (Options::default(), "default"),
+            (Options::default().one_fsync_commit(false), "two syncs"),
+        ] {
+            let label = format!("failed save of carried bits, {fail:?}, {o}");
+            let steps = script_failed_save_of_carried_bits(fail.clone());
+            variants.push((
+                label.clone(),
+                Box::new(move || {
+                    let trace = exhaustive_losing_one(&label, &steps, opts);
+                    assert_eq!(trace.faults, 1, "{label}: the fault did not fire");
+                }),
+            ));
+        }
+    }
+    every_variant(variants);
 }

@@ -125,7 +125,11 @@ pub fn min_durable(acks: &[(usize, u64, Durability)], ops: &[IoOp], k: usize) ->
 
 /// Every tree's entries, by a full scan; panics if a tree's `len()` disagrees with its scan.
 pub fn contents(db: &Db) -> Model {
-    let rx = db.begin_read().unwrap();
+    reader_contents(&db.begin_read().unwrap())
+}
+
+/// Every tree of a read transaction's snapshot, scanned whole.
+pub fn reader_contents(rx: &larch::ReadTx) -> Model {
     let mut m = Model::new();
     for name in rx.tree_names().unwrap() {
         let t = rx.open_tree(&name).unwrap();
