@@ -8,7 +8,8 @@
 //! ```
 //! Arguments: documents (default 20000), owa commits (default 2000). With
 //! `WRITE_COST_CT=FRACTION` the database has that compaction threshold, and the run prints how
-//! many background compactions it made.
+//! many background compactions it made; with `WRITE_COST_OWS=1` the overwrites are Sync commits
+//! (the harness's `ows`); `WRITE_COST_FOLIOS=small` writes single-page folios.
 
 use larch_engine::{Db, Durability, Options, Policy};
 
@@ -48,12 +49,12 @@ fn load(db: &Db, docs: u64) -> larch_engine::Result<()> {
 }
 
 #[inline(never)]
-fn owa(db: &Db, docs: u64, commits: u64) -> larch_engine::Result<()> {
+fn owa(db: &Db, docs: u64, commits: u64, durability: Durability) -> larch_engine::Result<()> {
     let mut r = 1u64;
     for _ in 0..commits {
         r = mix64(r);
         let mut tx = db.begin_write()?;
-        tx.set_durability(Durability::Async);
+        tx.set_durability(durability);
         tx.open_tree("t")?.insert(&key(1 + r % docs), &VALUE)?;
         tx.commit()?;
     }
@@ -102,7 +103,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.elapsed().as_secs_f64(),
         db.compactions()
     );
-    owa(&db, docs, commits)?;
+    // WRITE_COST_OWS=1: the overwrites are Sync commits (the harness's ows.1).
+    let durability = match std::env::var("WRITE_COST_OWS").as_deref() {
+        Ok("1") => Durability::Sync,
+        _ => Durability::Async,
+    };
+    owa(&db, docs, commits, durability)?;
     report(&db, "owa")?;
     if ct.is_some() {
         println!("background compactions in all: {}", db.compactions());
