@@ -138,7 +138,10 @@ impl SpareNodes {
 /// The nodes the writer's last commits wrote, kept as they were encoded, so that the next
 /// transactions copy a page they wrote without decoding it again (`Txn::touch`): a one-key
 /// commit copies the same root, upper branches and catalog leaf as the commit before it, and
-/// decoding those (~150 separators each) was a third of an Async overwrite's instructions.
+/// decoding those (~150 separators each) was a third of an Async overwrite's instructions; a
+/// load commit of 1,000 random keys copies nearly every lowest branch the commit before it
+/// wrote. Branches are kept from every commit and leaves from commits of at most
+/// [`WrittenNodes::SMALL_COMMIT`] pages, oldest out first beyond [`WrittenNodes::MAX_BYTES`].
 ///
 /// A kept node stands for page `page` only while that page is what the commit with txid
 /// `txid` wrote there: pages are written only by commits, every commit under a txid no other
@@ -147,12 +150,42 @@ impl SpareNodes {
 /// anything else decodes the page.
 #[derive(Debug, Default)]
 pub struct WrittenNodes {
-    kept: std::collections::VecDeque<(PageId, TxId, Node)>,
+    kept: std::collections::HashMap<PageId, (TxId, Node), PageIdHash>,
+    /// Pages in the order they were kept, with their txids; an entry whose page was taken or
+    /// kept again since is skipped when it comes up.
+    order: std::collections::VecDeque<(PageId, TxId)>,
+    /// Buffer bytes of the kept nodes.
+    bytes: usize,
+}
+
+/// Page ids hashed by one multiplication (they are not chosen by anyone who could collide
+/// them on purpose, and the table's control bits come from the high bits it fills).
+type PageIdHash = std::hash::BuildHasherDefault<PageIdHasher>;
+
+#[derive(Debug, Default)]
+pub struct PageIdHasher(u64);
+
+impl std::hash::Hasher for PageIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl WrittenNodes {
-    /// The most nodes kept: a few one-key commits' paths (root, branches, leaf, catalog).
-    pub const MAX: usize = 32;
+    /// A commit of at most this many pages keeps its leaves too (a few one-key commits' paths).
+    pub const SMALL_COMMIT: usize = 32;
+
+    /// The most buffer bytes kept: at 4 KiB pages about 800 branches of ~150 separators,
+    /// every lowest branch of a tree of 500,000 harness documents.
+    pub const MAX_BYTES: usize = 8 << 20;
 
     /// The node written to `page` by commit `txid`, if it is kept and matches the page's
     /// header (`role`, `leaf`, `count` entries). It leaves the set: the transaction edits it.
@@ -166,11 +199,10 @@ impl WrittenNodes {
         count: usize,
     ) -> Option<Node> {
         if self.kept.is_empty() {
-            // After a commit of many pages (a load): nothing kept.
             return None;
         }
-        let i = self.kept.iter().position(|(p, _, _)| *p == page)?;
-        let (_, t, n) = self.kept.remove(i)?;
+        let (t, n) = self.kept.remove(&page)?;
+        self.bytes -= n.buffer_bytes();
         if t == txid && n.role == role && n.leaf == leaf && n.ents.len() == count {
             return Some(n);
         }
@@ -178,32 +210,43 @@ impl WrittenNodes {
         None
     }
 
-    /// Keep `n`, written to its page by commit `txid`; the oldest kept node goes to `spare`
-    /// beyond [`WrittenNodes::MAX`].
+    /// Keep `n`, written to its page by commit `txid`; the oldest kept nodes go to `spare`
+    /// beyond [`WrittenNodes::MAX_BYTES`].
     pub fn keep(&mut self, txid: TxId, n: Node, spare: &mut SpareNodes, page_size: usize) {
-        if let Some(i) = self.kept.iter().position(|(p, _, _)| *p == n.page) {
+        let page = n.page;
+        self.bytes += n.buffer_bytes();
+        if let Some((_, old)) = self.kept.insert(page, (txid, n)) {
             // An older node of the same page (the page was freed and written again).
-            if let Some((_, _, old)) = self.kept.remove(i) {
-                spare.put(old, page_size);
+            self.bytes -= old.buffer_bytes();
+            spare.put(old, page_size);
+        }
+        self.order.push_back((page, txid));
+        while self.bytes > Self::MAX_BYTES {
+            let Some((p, t)) = self.order.pop_front() else {
+                break;
+            };
+            if self.kept.get(&p).is_some_and(|(kt, _)| *kt == t) {
+                if let Some((_, old)) = self.kept.remove(&p) {
+                    self.bytes -= old.buffer_bytes();
+                    spare.put(old, page_size);
+                }
             }
         }
-        self.kept.push_back((n.page, txid, n));
-        while self.kept.len() > Self::MAX {
-            if let Some((_, _, old)) = self.kept.pop_front() {
-                spare.put(old, page_size);
-            }
+        if self.order.len() > 2 * self.kept.len() + 64 {
+            let kept = &self.kept;
+            self.order
+                .retain(|(p, t)| kept.get(p).is_some_and(|(kt, _)| kt == t));
         }
     }
 
     /// Drop what is kept for `page` (a commit wrote it and did not keep its node).
+    #[inline]
     pub fn forget(&mut self, page: PageId) {
-        self.kept.retain(|(p, _, _)| *p != page);
-    }
-
-    /// Give every kept node's buffers to `spare`.
-    pub fn clear(&mut self, spare: &mut SpareNodes, page_size: usize) {
-        for (_, _, n) in self.kept.drain(..) {
-            spare.put(n, page_size);
+        if self.kept.is_empty() {
+            return;
+        }
+        if let Some((_, old)) = self.kept.remove(&page) {
+            self.bytes -= old.buffer_bytes();
         }
     }
 }
@@ -491,13 +534,27 @@ impl Node {
             .filter_map(|e| self.run_of(e))
     }
 
+    /// Bytes of the buffers this node holds (what keeping it costs).
+    fn buffer_bytes(&self) -> usize {
+        SpareNodes::size(&self.bytes, &self.ents, &self.children)
+    }
+
     /// Make this node, just written by a commit, what decoding its page would give the next
     /// transaction in the ways that matter: every dirty child's page id resolved (`page_of`),
     /// and no entry marked as written by this transaction. False, and the node unchanged,
     /// when an entry refers to an overflow run this transaction wrote (such nodes are not
     /// kept: [`WrittenNodes`]).
-    pub fn settle_written(&mut self, page_of: impl Fn(NodeIdx) -> PageId) -> bool {
-        if !self.live || self.ents.iter().any(|e| e.flags & FRESH != 0) {
+    ///
+    /// Nor is a node whose arena is no longer its page image (`image`): encoding it rebuilds
+    /// every cell and zeroes the gap, which costs more than decoding the page it was written
+    /// to, and it would stay that way through every commit that took it again.
+    pub fn settle_written(
+        &mut self,
+        page_size: usize,
+        page_of: impl Fn(NodeIdx) -> PageId,
+    ) -> bool {
+        let image = self.image && self.bytes.len() == page_size;
+        if !(self.live && image) || self.ents.iter().any(|e| e.flags & FRESH != 0) {
             return false;
         }
         for c in &mut self.children {
@@ -1171,20 +1228,28 @@ mod tests {
         assert!(kept.take(8, 10, PageRole::Data, true, 3).is_none());
         let n = kept.take(7, 10, PageRole::Data, true, 3).unwrap();
         assert_eq!((n.page, n.len()), (7, 3));
-        // Keeping a page again replaces the older node; the oldest go beyond MAX.
-        for p in 0..WrittenNodes::MAX as u64 + 5 {
+        // Keeping a page again replaces the older node; the oldest go beyond MAX_BYTES.
+        let each = leaf(1).buffer_bytes().max(1);
+        let fit = (WrittenNodes::MAX_BYTES / each) as u64;
+        for p in 0..fit + 5 {
             let mut n = leaf(1);
             n.page = p;
             kept.keep(20, n, &mut spare, 4096);
         }
+        assert!(kept.bytes <= WrittenNodes::MAX_BYTES);
         let mut n = leaf(2);
         n.page = 10;
         kept.keep(21, n, &mut spare, 4096);
         assert!(kept.take(0, 20, PageRole::Data, true, 1).is_none());
         assert!(kept.take(10, 20, PageRole::Data, true, 1).is_none());
+        assert!(kept.take(10, 21, PageRole::Data, true, 2).is_none());
         assert!(kept.take(12, 20, PageRole::Data, true, 1).is_some());
         kept.forget(13);
         assert!(kept.take(13, 20, PageRole::Data, true, 1).is_none());
+        assert!(kept.take(fit + 4, 20, PageRole::Data, true, 1).is_some());
+        // What is kept and what the byte count says agree after all of it.
+        let sum: usize = kept.kept.values().map(|(_, n)| n.buffer_bytes()).sum();
+        assert_eq!(kept.bytes, sum);
     }
 
     #[test]

@@ -440,9 +440,9 @@ impl Txn {
     }
 
     /// After a commit that succeeded: keep the nodes it wrote for the next transactions'
-    /// copies of their pages (`WrittenNodes`), when it wrote few (a commit of many pages
-    /// leaves most of what was kept stale, and its nodes are mostly leaves no one copies
-    /// next).
+    /// copies of their pages (`WrittenNodes`): its branches, and its leaves when it wrote
+    /// few pages (a commit of many leaves writes leaves the next commits rarely copy again).
+    /// Every page it wrote and did not keep a node of loses what was kept for it.
     fn keep_written(&mut self) {
         self.park();
         let ps = self.limits.page_size;
@@ -451,25 +451,24 @@ impl Txn {
             .iter()
             .map(|t| t.nodes.iter().filter(|n| n.live).count())
             .sum();
+        let leaves_too = written <= WrittenNodes::SMALL_COMMIT;
         let writer = &mut *self.writer;
-        if written > WrittenNodes::MAX {
-            writer.written.clear(&mut writer.spare_nodes, ps);
-            return;
-        }
         for tree in &mut self.trees {
             let pages: Vec<PageId> = tree.nodes.iter().map(|n| n.page).collect();
             let mut i = 0;
             while i < tree.nodes.len() {
-                if tree.nodes[i].settle_written(|c| pages[c]) {
+                let n = &mut tree.nodes[i];
+                if n.live && (leaves_too || !n.leaf) && n.settle_written(ps, |c| pages[c]) {
                     let n = tree.nodes.swap_remove(i);
                     writer
                         .written
                         .keep(self.txid, n, &mut writer.spare_nodes, ps);
                 } else {
-                    // Not kept (merged away, or holding a fresh overflow run): a node kept
-                    // for its page earlier is stale if this commit wrote the page.
-                    if tree.nodes[i].live {
-                        writer.written.forget(tree.nodes[i].page);
+                    // Not kept (a leaf of a large commit, merged away, rebuilt, or holding a
+                    // fresh overflow run): what was kept for its page is stale if it was
+                    // written.
+                    if n.live {
+                        writer.written.forget(n.page);
                     }
                     i += 1;
                 }
