@@ -534,6 +534,32 @@ impl Node {
             .filter_map(|e| self.run_of(e))
     }
 
+    /// After [`Node::encode`] wrote this node as `page`: unless its arena is still its page
+    /// image, make `page` the arena, with every entry pointing at its cell there, as decoding
+    /// `page` would. Nothing else changes (entries, prefixes, children, size), so the node
+    /// encodes to the same page; but it encodes by one copy again, and a kept node
+    /// ([`WrittenNodes`]) stays cheap through the commits that take it.
+    pub fn reimage(&mut self, page: &[u8]) {
+        if self.image && self.bytes.len() == page.len() {
+            return;
+        }
+        debug_assert!(PAGE_HEADER_SIZE + self.size <= page.len());
+        self.bytes.clear();
+        self.bytes.extend_from_slice(page);
+        let hdr = if self.leaf { LEAF_CELL } else { BRANCH_CELL };
+        let (mut low, mut held) = (page.len(), 0);
+        for (i, e) in self.ents.iter_mut().enumerate() {
+            let at = PAGE_HEADER_SIZE + i * SLOT;
+            let off = u16::from_le_bytes([page[at], page[at + 1]]) as usize;
+            low = low.min(off);
+            e.at = (off + hdr) as u32;
+            held += e.held();
+        }
+        self.dead = self.bytes.len() - held;
+        self.low = low;
+        self.image = true;
+    }
+
     /// Bytes of the buffers this node holds (what keeping it costs).
     fn buffer_bytes(&self) -> usize {
         SpareNodes::size(&self.bytes, &self.ents, &self.children)
@@ -545,9 +571,10 @@ impl Node {
     /// when an entry refers to an overflow run this transaction wrote (such nodes are not
     /// kept: [`WrittenNodes`]).
     ///
-    /// Nor is a node whose arena is no longer its page image (`image`): encoding it rebuilds
-    /// every cell and zeroes the gap, which costs more than decoding the page it was written
-    /// to, and it would stay that way through every commit that took it again.
+    /// Nor is a node whose arena is no longer its page image (`image`; the commit re-images
+    /// the nodes it means to keep, [`Node::reimage`]): encoding it rebuilds every cell and
+    /// zeroes the gap, which costs more than decoding the page it was written to, and it
+    /// would stay that way through every commit that took it again.
     pub fn settle_written(
         &mut self,
         page_size: usize,
@@ -1334,6 +1361,43 @@ mod tests {
         let again = again.split_off(3);
         assert_eq!(buf, again);
         assert_eq!(back.run(3).map(|r| r.page), Some(77));
+    }
+
+    #[test]
+    fn a_node_reimaged_from_its_encoded_page_is_what_decoding_the_page_gives() {
+        for leaf_node in [true, false] {
+            // A node built by edits (its arena is not a page image), leaf or branch.
+            let mut node = Node::empty(9, leaf_node, PageRole::Data);
+            for i in 0..40u64 {
+                let key = format!("key{i:04}");
+                if leaf_node {
+                    node.push(key.as_bytes(), Val::Inline(&[i as u8; 30]));
+                } else {
+                    let sep = if i == 0 { String::new() } else { key };
+                    node.push_child(sep.as_bytes(), Child::Page(100 + i));
+                }
+            }
+            node.recompute_size();
+            node.remove(7);
+            assert!(!node.image);
+            let mut buf = Vec::new();
+            node.encode(&mut buf, 4096, 5, |_| 0);
+            node.reimage(&buf);
+            assert!(node.image && node.bytes.len() == 4096);
+            let page = NodePage::parse(9, &buf, PageRole::Data).unwrap();
+            let decoded = Node::decode(&page, 9, PageRole::Data).unwrap();
+            assert!(node.same_entries(&decoded));
+            assert_eq!(node.dead, decoded.dead);
+            if leaf_node {
+                // (Decode tracks the lowest cell for leaves only: in-place inserts need it.)
+                assert_eq!(node.low, decoded.low);
+            }
+            // It encodes to the same page by the image path, and edits in place as a decoded
+            // page does.
+            let mut again = Vec::new();
+            node.encode(&mut again, 4096, 5, |_| 0);
+            assert_eq!(buf, again);
+        }
     }
 
     #[test]

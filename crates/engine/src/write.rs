@@ -715,7 +715,11 @@ impl Txn {
         let deferred = self.durability == Durability::Async;
         let pager = &self.db.pager;
         let write = |first: PageId, buf: &[u8]| pager.write_pages_as(first, &[buf], deferred);
-        let trees = &self.trees;
+        let txid = self.txid;
+        // The nodes `keep_written` will keep (its branches; its leaves too in a small commit)
+        // become their page image again once encoded, if an edit had ended it.
+        let leaves_too = order.len() <= WrittenNodes::SMALL_COMMIT;
+        let trees = &mut self.trees;
         let mut buf = Vec::with_capacity(chunk.min(order.len()) * ps);
         let mut manifest: Vec<ManifestRun> = Vec::with_capacity(order.len());
         let mut runs = 0;
@@ -731,14 +735,19 @@ impl Txn {
                 first = at;
             }
             let nodes = &trees[t].nodes;
-            nodes[i].encode(&mut buf, ps, self.txid, |n| nodes[n].page);
+            nodes[i].encode(&mut buf, ps, txid, |n| nodes[n].page);
+            let encoded = &buf[buf.len() - ps..];
             manifest.push(ManifestRun {
                 start: page,
                 pages: 1,
                 overflow: false,
-                txid: self.txid,
-                checksum: larch_pager::stored_checksum(&buf[buf.len() - ps..]),
+                txid,
+                checksum: larch_pager::stored_checksum(encoded),
             });
+            let n = &mut trees[t].nodes[i];
+            if leaves_too || !n.leaf {
+                n.reimage(encoded);
+            }
         }
         if !buf.is_empty() {
             write(pages[first], &buf)?;
