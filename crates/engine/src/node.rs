@@ -594,8 +594,9 @@ impl Node {
     }
 
     /// Same type, role, entries (keys, values, overflow references) and children as `other`:
-    /// what a kept node must share with its page decoded (checked in debug builds).
-    #[cfg(debug_assertions)]
+    /// what a kept node must share with its page decoded (checked in debug builds and unit
+    /// tests).
+    #[cfg(any(test, debug_assertions))]
     pub fn same_entries(&self, other: &Node) -> bool {
         self.leaf == other.leaf
             && self.role == other.role
