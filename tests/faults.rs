@@ -34,6 +34,8 @@ struct Plan {
     fault: Option<Fault>,
     seen: [usize; 3],
     fired: bool,
+    /// (offset, bytes) of every write that reached the file whole.
+    written: Vec<(u64, u64)>,
 }
 
 /// The plan a test arms, shared with the storage that follows it.
@@ -93,7 +95,12 @@ impl Faulty {
             }
         };
         match self.plan.fault(Call::Write) {
-            None => go(bufs),
+            None => {
+                go(bufs)?;
+                let len = bufs.iter().map(|b| b.len() as u64).sum();
+                self.plan.lock().unwrap().written.push((offset, len));
+                Ok(())
+            }
             Some(recording::Fault::Fail(e)) => Err(e),
             Some(recording::Fault::Short(e)) => {
                 let data = bufs.concat();
@@ -332,6 +339,124 @@ fn one_case(
         "{fault:?}: reopened at a mix of states"
     );
     true
+}
+
+/// A commit's writes that reached the file: (offset, bytes) of each.
+type Writes = Vec<(u64, u64)>;
+
+/// One-key commits after a load, the `fail.0`-th of them failing at its `fail.1`-th write
+/// and then retried; the writes of each commit (offset, bytes), the retry's for the failed
+/// one. None once that commit has fewer writes than `fail.1`; Some(None) when the failed
+/// write was a meta's (the handle is poisoned until reopened, and nothing is retried).
+fn retried_commits(
+    dir: &Path,
+    opts: Options,
+    d: Durability,
+    fail: Option<(usize, usize)>,
+) -> Option<Option<Vec<Writes>>> {
+    const COMMITS: usize = 10;
+    let path = dir.join(format!("retry-{d:?}-{fail:?}.larch"));
+    let _ = std::fs::remove_file(&path);
+    let value = |i: u32| vec![i as u8; 40];
+    {
+        // A load, then a commit that copies about every other leaf: the free set holds
+        // single pages, no run for a hot run, so the first commit after the reopen places
+        // its hot run past the high-water mark (once per open file).
+        let db = Db::open(&path, opts).unwrap();
+        for step in [1, 150] {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in (0..3000u32).step_by(step) {
+                    t.insert(&i.to_be_bytes(), &value(i + step as u32)).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+    }
+    let (db, plan) = open_faulty(&path, opts);
+    let commit = |i: usize| {
+        // Spread over the leaves, the same length: no split.
+        let key = (i as u32 * 7919) % 3000;
+        let mut tx = db.begin_write()?;
+        tx.open_tree("t")?
+            .insert(&key.to_be_bytes(), &value(i as u32 + 1))?;
+        tx.set_durability(d);
+        tx.commit()
+    };
+    let mut writes = Vec::new();
+    for i in 0..COMMITS {
+        if fail.map(|f| f.0) == Some(i) {
+            let mut p = plan.lock().unwrap();
+            p.seen = [0; 3];
+            p.fault = Some(Fault {
+                kind: Call::Write,
+                at: fail.unwrap().1,
+                errno: libc::EIO,
+                short: false,
+                sticky: false,
+            });
+        }
+        let r = commit(i);
+        let fired = std::mem::take(&mut plan.lock().unwrap().fired);
+        if fail.map(|f| f.0) == Some(i) {
+            plan.lock().unwrap().fault = None;
+            if !fired {
+                return None;
+            }
+            r.expect_err("the faulted commit failed");
+            plan.lock().unwrap().written.clear();
+            match commit(i) {
+                Ok(()) => {}
+                // The meta's write (a Sync commit's last) failed: poisoned until reopen.
+                Err(larch::Error::Poisoned { .. }) => return Some(None),
+                Err(e) => panic!("the retry of commit {i}: {e}"),
+            }
+        } else {
+            r.unwrap();
+        }
+        writes.push(std::mem::take(&mut plan.lock().unwrap().written));
+    }
+    db.sync().unwrap();
+    db.check().unwrap();
+    Some(Some(writes))
+}
+
+/// A commit whose page write failed, retried, writes what and where the same commit writes
+/// when nothing failed, and so do the commits after it: a failed commit leaves nothing behind
+/// in the writer's allocation state (the free set, the high-water mark, where the hot run
+/// goes and the once-per-file growth that places it past the high-water mark).
+#[test]
+fn a_failed_commit_retried_writes_where_it_would_have_had_nothing_failed() {
+    let _g = no_fork();
+    let dir = tempfile::tempdir().unwrap();
+    use larch::Policy;
+    for policy in [Policy::FirstFit, Policy::BestFit, Policy::Null] {
+        for d in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
+            let opts = Options::default().policy(policy);
+            let clean = retried_commits(dir.path(), opts, d, None)
+                .flatten()
+                .unwrap();
+            let mut cases = 0;
+            for j in 0..clean.len() {
+                for k in 0.. {
+                    let Some(got) = retried_commits(dir.path(), opts, d, Some((j, k))) else {
+                        break;
+                    };
+                    let Some(got) = got else {
+                        continue;
+                    };
+                    cases += 1;
+                    assert_eq!(
+                        got[j..],
+                        clean[j..],
+                        "{policy:?} {d:?}: commit {j} failed at its write {k}, retried"
+                    );
+                }
+            }
+            assert!(cases >= clean.len(), "{cases} faulted commits");
+        }
+    }
 }
 
 fn sweep(kind: Call, errno: i32, short: bool, d: Durability, mode: WriteMode) -> usize {

@@ -140,6 +140,12 @@ impl Txn {
     /// dirty node.
     pub(crate) fn rollback(&mut self) {
         self.undo_to(0, self.base.meta.high_water);
+        // Where the hot run went is the writer's until the commit is: a failed one leaves
+        // the once-per-file growth unused and the last hot run as it was.
+        if let Some((grown, last)) = self.hot_run_before.take() {
+            self.writer.hot_run_grown = grown;
+            self.writer.last_hot_run = last;
+        }
         self.held_fresh.clear();
         self.freemap_slots.clear();
         self.park();
@@ -280,6 +286,8 @@ impl Txn {
             0
         };
         let want = hot + slots;
+        self.hot_run_before
+            .get_or_insert((writer.hot_run_grown, writer.last_hot_run));
         let hw = &mut self.high_water;
         let undo = &mut self.undo;
         let runs = if let Some(p) = policy.allocate_run(want) {

@@ -131,6 +131,9 @@ pub(crate) struct Txn {
     /// The commit saves the free map (`Txn::commit_inner`); otherwise it leaves its changes
     /// to a later commit and keeps no slots for it (`Txn::gather_hot_pages`).
     pub(crate) saves_free_map: bool,
+    /// The writer's `hot_run_grown` and `last_hot_run` before this commit placed its hot
+    /// run, restored if the commit fails (`Txn::rollback`).
+    pub(crate) hot_run_before: Option<(bool, Option<PageId>)>,
 }
 
 impl std::fmt::Debug for Txn {
@@ -258,6 +261,7 @@ impl Txn {
             next_savepoint: 0,
             freemap_slots: Default::default(),
             hot_chunks: Vec::new(),
+            hot_run_before: None,
             saves_free_map: true,
         })
     }
