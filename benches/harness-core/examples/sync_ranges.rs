@@ -13,7 +13,9 @@
 //!   the hot run, the leaf, one branch);
 //! - `meta next to run + 2 pages`: page 1 and the run right after it (pages 2-5), and two
 //!   single pages: the same with the hot run placed against the meta;
-//! - `4 pages`: four single pages at random offsets.
+//! - `4 pages`, `16 pages`, `64 pages`: single pages at random offsets; what a page costs
+//!   when many go to the device at once (a sync of many scattered pages, as a checkpoint or
+//!   the kernel's writeback would make) rather than in one commit's handful.
 //!
 //! It prints each shape's microseconds per round (the lower of the two passes) and the ratio
 //! to `1 page`. Each separate range is its own request to the device; on a virtio disk each
@@ -40,7 +42,7 @@ impl Rng {
 }
 
 /// (name, the page runs one round writes: (first page, pages); u64::MAX for a random page).
-const SHAPES: [(&str, &[(u64, u64)]); 6] = [
+const SHAPES: [(&str, &[(u64, u64)]); 8] = [
     ("1 page", &[(u64::MAX, 1)]),
     ("run of 4", &[(u64::MAX, 4)]),
     ("meta + run of 4", &[(0, 1), (u64::MAX, 4)]),
@@ -56,6 +58,8 @@ const SHAPES: [(&str, &[(u64, u64)]); 6] = [
         "4 pages",
         &[(u64::MAX, 1), (u64::MAX, 1), (u64::MAX, 1), (u64::MAX, 1)],
     ),
+    ("16 pages", &[(u64::MAX, 1); 16]),
+    ("64 pages", &[(u64::MAX, 1); 64]),
 ];
 
 fn round(f: &File, runs: &[(u64, u64)], rng: &mut Rng, buf: &[u8]) -> std::io::Result<()> {
