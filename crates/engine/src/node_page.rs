@@ -50,6 +50,12 @@ const LINE: usize = 64;
 /// the pages above the leaves' parents are few, stay in the caches, and would only pay the
 /// instructions.
 pub const PREFETCHED_LEVELS: u32 = 2;
+/// Branch pages of at most this many bytes have every line prefetched before a search
+/// (`NodePage::prefetch_search`): a 4 KiB branch's 63 lines are asked for at once, where the
+/// probes' cells would wait for the slot lines that locate them (docs/performance.md, "Reads
+/// as the tree grows"). Larger branches prefetch their slots and first probes only.
+const WHOLE_BRANCH_PREFETCH: usize = 4096;
+
 /// Leaves of at most this many entries have every cell prefetched before a search (a search
 /// of 16 reads 4 or 5 of them); a range scan stepping into a leaf prefetches this many.
 const SMALL_LEAF: usize = 16;
@@ -307,7 +313,8 @@ impl<'a> NodePage<'a> {
     }
 
     /// Start loading the cache lines a search of this page will read, so that their misses
-    /// overlap instead of coming one per probe: the lines of the slot array, then the cells
+    /// overlap instead of coming one per probe: every line of a branch page of at most
+    /// [`WHOLE_BRANCH_PREFETCH`] bytes; otherwise the lines of the slot array, then the cells
     /// of every entry of a small leaf, or of the first three probes of the binary search
     /// (`search`'s and `child_index`'s, whichever way they go: 7 cells, 3 of them read).
     /// Hints only: nothing here fails, and a page already in the caches costs about a
@@ -315,6 +322,14 @@ impl<'a> NodePage<'a> {
     #[inline]
     pub fn prefetch_search(&self) {
         let b = self.bytes;
+        if !self.leaf && b.len() <= WHOLE_BRANCH_PREFETCH {
+            // Every line at once: a branch of ~200 separators fills its page, and asking for
+            // the probes' cells waits for the slot lines that say where they are.
+            for line in (LINE..b.len()).step_by(LINE) {
+                prefetch(b, line);
+            }
+            return;
+        }
         let slots_end = PAGE_HEADER_SIZE + self.count * SLOT;
         // Line 0 (the header) is loaded: parse read it.
         for line in (LINE..slots_end).step_by(LINE) {
