@@ -45,6 +45,28 @@ impl<'a> Cursor<'a> {
         view.node(id, role)
     }
 
+    /// Start loading the leaf after (`forward`) or before the one the cursor just stepped
+    /// into, when their parent on the stack names it: a scan that goes on into it finds its
+    /// first line on the way, where it would wait for it (and its page-table entry) only
+    /// once there. A neighbour under another parent is not looked for.
+    #[inline]
+    fn prefetch_neighbour(&self, view: &View<'a>, forward: bool) {
+        let Some([(parent, i), _]) = self.stack.last_chunk::<2>() else {
+            return;
+        };
+        let j = if forward {
+            i.checked_add(1)
+        } else {
+            i.checked_sub(1)
+        };
+        if let Some(id) = j
+            .filter(|&j| j < parent.count)
+            .and_then(|j| parent.child(j).ok())
+        {
+            view.prefetch_page(id);
+        }
+    }
+
     /// Position per `seek`. Returns false if there is no such entry.
     fn seek(
         &mut self,
@@ -94,6 +116,7 @@ impl<'a> Cursor<'a> {
                     }
                     self.stack.push((p, idx as usize));
                 }
+                self.prefetch_neighbour(view, forward);
                 return Ok(true);
             }
             let i = match seek {
@@ -148,6 +171,7 @@ impl<'a> Cursor<'a> {
                             if empty {
                                 break; // a damaged or root-only empty leaf: keep moving
                             }
+                            self.prefetch_neighbour(view, true);
                             return Ok(true);
                         }
                         id = p.child(0)?;
@@ -185,6 +209,7 @@ impl<'a> Cursor<'a> {
                             let n = p.count;
                             // Index one past the end so the outer loop steps to n - 1.
                             self.stack.push((p, n));
+                            self.prefetch_neighbour(view, false);
                             break;
                         }
                         let last = p.count - 1;

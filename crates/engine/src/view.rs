@@ -56,6 +56,18 @@ impl<'a> View<'a> {
             .ok_or_else(|| Error::corrupt(id, "page outside the mapping"))
     }
 
+    /// Start loading the first line of page `id`, which a scan will read next: its header and
+    /// first slots arrive while the scan reads the page before it. A hint: an id outside the
+    /// view is ignored.
+    #[inline]
+    pub fn prefetch_page(&self, id: PageId) {
+        if id >= 2 && id < self.high_water {
+            if let Ok(b) = self.pages(id, 1) {
+                larch_pager::map::prefetch(b, 0);
+            }
+        }
+    }
+
     /// A branch or leaf page of a tree of `role`.
     #[inline]
     pub fn node(&self, id: PageId, role: PageRole) -> Result<NodePage<'a>> {
