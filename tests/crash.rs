@@ -2931,3 +2931,197 @@ fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
     }
     every_variant(variants);
 }
+
+/// The hot run's once-per-file growth (`Txn::gather_hot_pages`) met by failures: a file whose
+/// free set holds single pages only (a load, then a commit that copies about every other
+/// leaf), reopened, so that its second one-key commit finds no free run and places its hot run
+/// past the high-water mark. That commit fails at `fail` and is retried (the retry takes the
+/// growth again: the failed commit's is rolled back, 5bf1621); the commit after it fails at its
+/// first write (the growth landed: the retry must not take it again); a Sync commit's sync then
+/// fails (poisoned: reopened, a new open file, whose own growth follows). Readers are held
+/// across all of it: from before the commit that grows, from after it, and after the reopen.
+fn script_hot_run_growth_failed(d: Durability, fail: Step) -> Vec<Step> {
+    let k = |i: u32| i.to_be_bytes().to_vec();
+    let v = |i: u32| vec![i as u8; 40];
+    let mut s = Vec::new();
+    for step in [1u32, 150] {
+        for i in (0..3000u32).step_by(step as usize) {
+            s.push(Step::Put("t", k(i), v(i + step)));
+        }
+        s.push(Step::Commit(Durability::Sync));
+    }
+    s.push(Step::Close);
+    // One key per commit, spread over the leaves (same length: no split).
+    let one = |s: &mut Vec<Step>, i: u32| s.push(Step::Put("t", k(i * 7919 % 3000), v(i + 1)));
+    s.push(Step::Read);
+    one(&mut s, 0);
+    s.push(Step::Commit(d));
+    s.push(Step::Read);
+    // The commit that grows: its writes are the leaf, the hot run past the mark, the meta.
+    one(&mut s, 1);
+    s.push(fail);
+    s.push(Step::Commit(d));
+    s.push(Step::Read);
+    one(&mut s, 2);
+    s.push(Step::Fail(Call::Write, 1));
+    s.push(Step::Commit(d));
+    s.push(Step::EndRead);
+    for i in 3..6 {
+        one(&mut s, i);
+        s.push(Step::Commit(d));
+    }
+    one(&mut s, 6);
+    s.push(Step::Fail(Call::Sync, 1));
+    s.push(Step::Commit(Durability::Sync));
+    s.push(Step::Read);
+    for i in 7..12 {
+        one(&mut s, i);
+        if i == 8 {
+            s.push(Step::Fail(Call::Write, 2));
+        }
+        s.push(Step::Commit(d));
+    }
+    s.push(Step::EndRead);
+    s.push(Step::EndRead);
+    for i in 12..15 {
+        one(&mut s, i);
+        s.push(Step::Commit(d));
+    }
+    s.push(Step::Sync);
+    s
+}
+
+/// [`script_hot_run_growth_failed`]'s file, but the commit that grows fails and is given up
+/// (its growth rolled back), so a later commit takes it: the one that, with two readers held,
+/// removes the upper half of the keys (its pages pending, the readers reach them). Then
+/// one-key commits, the readers end, durable points release the removed pages, and one-key
+/// commits with another reader held (one failing at its second write, retried) take them.
+fn script_hot_run_growth_given_up(d: Durability, fail: Step) -> Vec<Step> {
+    let k = |i: u32| i.to_be_bytes().to_vec();
+    let v = |i: u32| vec![i as u8; 40];
+    let mut s = Vec::new();
+    for step in [1u32, 150] {
+        for i in (0..3000u32).step_by(step as usize) {
+            s.push(Step::Put("t", k(i), v(i + step)));
+        }
+        s.push(Step::Commit(Durability::Sync));
+    }
+    s.push(Step::Close);
+    let one = |s: &mut Vec<Step>, i: u32| s.push(Step::Put("t", k(i * 7919 % 1500), v(i + 1)));
+    s.push(Step::Read);
+    one(&mut s, 0);
+    s.push(Step::Commit(d));
+    one(&mut s, 1);
+    s.push(fail);
+    s.push(Step::TryCommit(d));
+    s.push(Step::Read);
+    s.push(Step::RemoveRange("t", k(1500), k(3000)));
+    s.push(Step::Commit(d));
+    for i in 2..5 {
+        one(&mut s, i);
+        s.push(Step::Commit(d));
+    }
+    s.push(Step::EndRead);
+    s.push(Step::EndRead);
+    s.push(Step::Sync);
+    for i in 5..9 {
+        one(&mut s, i);
+        s.push(Step::Commit(d));
+        if i == 6 {
+            s.push(Step::Read);
+        }
+    }
+    s.push(Step::Sync);
+    for i in 9..14 {
+        one(&mut s, i);
+        if i == 10 {
+            s.push(Step::Fail(Call::Write, 2));
+        }
+        s.push(Step::Commit(d));
+    }
+    s.push(Step::EndRead);
+    s.push(Step::Sync);
+    s
+}
+
+#[test]
+fn every_cut_of_a_given_up_growing_hot_run_taken_by_a_later_commit_with_readers_held_is_whole() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    for d in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
+        for fail in [Step::Fail(Call::Write, 1), Step::Fail(Call::Write, 2)] {
+            let label = format!("hot run growth given up, {d:?}, {fail:?}");
+            let steps = script_hot_run_growth_given_up(d, fail);
+            variants.push((
+                label.clone(),
+                Box::new(move || {
+                    let trace = run(&steps, Options::default());
+                    assert!(trace.faults >= 2, "{label}: {} faults fired", trace.faults);
+                    // The growth the failed commit gave up is taken by a later one (the
+                    // removal's): a write past every page the loads wrote, after the close.
+                    let ps = trace.opts.get_page_size() as u64;
+                    let close = trace.events.iter().find(|e| e.1 == "close").unwrap().0;
+                    let end = |o: &IoOp| match o {
+                        IoOp::Write { off, data } => Some((off + data.len() as u64) / ps),
+                        _ => None,
+                    };
+                    let loaded = trace.ops[..close].iter().filter_map(end).max().unwrap();
+                    assert!(
+                        trace.ops[close..]
+                            .iter()
+                            .any(|o| matches!(o, IoOp::Write { off, .. } if off / ps >= loaded)),
+                        "{label}: no commit wrote past page {loaded}"
+                    );
+                    exhaustive(&label, &steps, Options::default());
+                }),
+            ));
+        }
+    }
+    every_variant(variants);
+}
+
+#[test]
+fn every_cut_of_a_failed_growing_hot_run_retried_with_readers_held_is_whole() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    for d in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
+        for fail in [
+            Step::Fail(Call::Write, 1),
+            Step::Fail(Call::Write, 2),
+            Step::Fail(Call::Write, 3),
+        ] {
+            let label = format!("hot run growth failed, {d:?}, {fail:?}");
+            let steps = script_hot_run_growth_failed(d, fail);
+            variants.push((
+                label.clone(),
+                Box::new(move || {
+                    let trace = run(&steps, Options::default());
+                    assert!(
+                        trace.faults >= 3,
+                        "{label}: {} of the faults fired",
+                        trace.faults
+                    );
+                    assert!(
+                        trace.coverage.reopens_after_failure >= 1,
+                        "{label}: no reopen"
+                    );
+                    // The scenario does what it is for: after the close, commits write past
+                    // every page the loads wrote (the hot run's growth past the mark).
+                    let ps = trace.opts.get_page_size() as u64;
+                    let close = trace.events.iter().find(|e| e.1 == "close").unwrap().0;
+                    let end = |o: &IoOp| match o {
+                        IoOp::Write { off, data } => Some((off + data.len() as u64) / ps),
+                        _ => None,
+                    };
+                    let loaded = trace.ops[..close].iter().filter_map(end).max().unwrap();
+                    assert!(
+                        trace.ops[close..]
+                            .iter()
+                            .any(|o| matches!(o, IoOp::Write { off, .. } if off / ps >= loaded)),
+                        "{label}: no commit wrote past page {loaded}"
+                    );
+                    exhaustive(&label, &steps, Options::default());
+                }),
+            ));
+        }
+    }
+    every_variant(variants);
+}
