@@ -360,8 +360,9 @@ fn retried_commits(
     let value = |i: u32| vec![i as u8; 40];
     {
         // A load, then a commit that copies about every other leaf: the free set holds
-        // single pages, no run for a hot run, so the first commit after the reopen places
-        // its hot run past the high-water mark (once per open file).
+        // single pages and one run of four (pages 2-5, which the first commit after the
+        // reopen takes), so the second commit places its hot run past the high-water mark
+        // (once per open file).
         let db = Db::open(&path, opts).unwrap();
         for step in [1, 150] {
             let tx = db.begin_write().unwrap();
@@ -877,8 +878,8 @@ fn check_metas_on_file(
 }
 
 /// [`retried_commits`] with readers held across the failure and the retry: one from before
-/// the first commit after the reopen (the one that places its hot run past the high-water
-/// mark, once per open file) to the third, one from after that commit to the sixth, and one
+/// the first commit after the reopen to the third (the second places its hot run past the
+/// high-water mark, once per open file), one from after that commit to the sixth, and one
 /// from the seventh to the end. The `fail.0`-th commit fails at its `fail.1`-th write and is
 /// retried. After the failure, after the retry and at the end the metas on the file that can
 /// still be fallen back to open at their commit whole (`check_metas_on_file`); after every
@@ -896,8 +897,8 @@ fn retried_commits_with_readers(
     let value = |i: u32| vec![i as u8; 40];
     let mut states: BTreeMap<u64, Model> = BTreeMap::new();
     {
-        // As in `retried_commits`: the free set holds single pages only, so the first commit
-        // after the reopen takes the growth.
+        // As in `retried_commits`: the free set holds single pages and the run the first
+        // commit after the reopen takes, so the second takes the growth.
         let db = Db::open(&path, opts).unwrap();
         for step in [1, 150] {
             let tx = db.begin_write().unwrap();

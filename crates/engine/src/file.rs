@@ -49,7 +49,8 @@ pub(crate) struct WriterState {
     /// started ahead of it (`Txn::unsynced_over_limit`).
     pub flush_started_at: u64,
     /// A commit has already placed its hot pages at the end of the file because the free set
-    /// had no run for them (`Txn::gather_hot_pages`): done at most once per open file.
+    /// had no run for them (`Txn::gather_hot_pages`): done by at most one commit that lands
+    /// per open file (a commit that fails restores it, `Txn::rollback`).
     pub hot_run_grown: bool,
     /// The first free-map slot of the last commit's hot run (`Txn::gather_hot_pages`).
     pub last_hot_run: Option<crate::PageId>,

@@ -628,6 +628,8 @@ impl Txn {
         };
         // 6. Publish.
         self.undo.clear();
+        // The commit's meta is written: where its hot run went stays, whatever happens next.
+        self.hot_run_before = None;
         if self.saves_free_map {
             self.writer.freemap_carried.clear();
         } else {
