@@ -2932,6 +2932,47 @@ fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
     every_variant(variants);
 }
 
+fn growth_key(i: u32) -> Vec<u8> {
+    i.to_be_bytes().to_vec()
+}
+
+fn growth_value(i: u32) -> Vec<u8> {
+    vec![i as u8; 40]
+}
+
+/// The file of the hot-run growth scripts: a load, then a commit that copies about every other
+/// leaf, so the free set holds single pages and one short run, then a close: the reopened
+/// file's second commit has no free run for its hot run and places it past the high-water mark.
+fn script_hot_run_growth_file() -> Vec<Step> {
+    let mut s = Vec::new();
+    for step in [1u32, 150] {
+        for i in (0..3000u32).step_by(step as usize) {
+            s.push(Step::Put("t", growth_key(i), growth_value(i + step)));
+        }
+        s.push(Step::Commit(Durability::Sync));
+    }
+    s.push(Step::Close);
+    s
+}
+
+/// The hot-run growth scripts do what they are for: after the close, some commit writes past
+/// every page the loads wrote.
+fn assert_writes_past_the_loads(trace: &Trace, label: &str) {
+    let ps = trace.opts.get_page_size() as u64;
+    let close = trace.events.iter().find(|e| e.1 == "close").unwrap().0;
+    let end = |o: &IoOp| match o {
+        IoOp::Write { off, data } => Some((off + data.len() as u64) / ps),
+        _ => None,
+    };
+    let loaded = trace.ops[..close].iter().filter_map(end).max().unwrap();
+    assert!(
+        trace.ops[close..]
+            .iter()
+            .any(|o| matches!(o, IoOp::Write { off, .. } if off / ps >= loaded)),
+        "{label}: no commit wrote past page {loaded}"
+    );
+}
+
 /// The hot run's once-per-file growth (`Txn::gather_hot_pages`) met by failures: a file whose
 /// free set holds single pages only (a load, then a commit that copies about every other
 /// leaf), reopened, so that its second one-key commit finds no free run and places its hot run
@@ -2941,16 +2982,8 @@ fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
 /// fails (poisoned: reopened, a new open file, whose own growth follows). Readers are held
 /// across all of it: from before the commit that grows, from after it, and after the reopen.
 fn script_hot_run_growth_failed(d: Durability, fail: Step) -> Vec<Step> {
-    let k = |i: u32| i.to_be_bytes().to_vec();
-    let v = |i: u32| vec![i as u8; 40];
-    let mut s = Vec::new();
-    for step in [1u32, 150] {
-        for i in (0..3000u32).step_by(step as usize) {
-            s.push(Step::Put("t", k(i), v(i + step)));
-        }
-        s.push(Step::Commit(Durability::Sync));
-    }
-    s.push(Step::Close);
+    let (k, v) = (growth_key, growth_value);
+    let mut s = script_hot_run_growth_file();
     // One key per commit, spread over the leaves (same length: no split).
     let one = |s: &mut Vec<Step>, i: u32| s.push(Step::Put("t", k(i * 7919 % 3000), v(i + 1)));
     s.push(Step::Read);
@@ -2997,16 +3030,8 @@ fn script_hot_run_growth_failed(d: Durability, fail: Step) -> Vec<Step> {
 /// one-key commits, the readers end, durable points release the removed pages, and one-key
 /// commits with another reader held (one failing at its second write, retried) take them.
 fn script_hot_run_growth_given_up(d: Durability, fail: Step) -> Vec<Step> {
-    let k = |i: u32| i.to_be_bytes().to_vec();
-    let v = |i: u32| vec![i as u8; 40];
-    let mut s = Vec::new();
-    for step in [1u32, 150] {
-        for i in (0..3000u32).step_by(step as usize) {
-            s.push(Step::Put("t", k(i), v(i + step)));
-        }
-        s.push(Step::Commit(Durability::Sync));
-    }
-    s.push(Step::Close);
+    let (k, v) = (growth_key, growth_value);
+    let mut s = script_hot_run_growth_file();
     let one = |s: &mut Vec<Step>, i: u32| s.push(Step::Put("t", k(i * 7919 % 1500), v(i + 1)));
     s.push(Step::Read);
     one(&mut s, 0);
@@ -3057,20 +3082,8 @@ fn every_cut_of_a_given_up_growing_hot_run_taken_by_a_later_commit_with_readers_
                     let trace = run(&steps, Options::default());
                     assert!(trace.faults >= 2, "{label}: {} faults fired", trace.faults);
                     // The growth the failed commit gave up is taken by a later one (the
-                    // removal's): a write past every page the loads wrote, after the close.
-                    let ps = trace.opts.get_page_size() as u64;
-                    let close = trace.events.iter().find(|e| e.1 == "close").unwrap().0;
-                    let end = |o: &IoOp| match o {
-                        IoOp::Write { off, data } => Some((off + data.len() as u64) / ps),
-                        _ => None,
-                    };
-                    let loaded = trace.ops[..close].iter().filter_map(end).max().unwrap();
-                    assert!(
-                        trace.ops[close..]
-                            .iter()
-                            .any(|o| matches!(o, IoOp::Write { off, .. } if off / ps >= loaded)),
-                        "{label}: no commit wrote past page {loaded}"
-                    );
+                    // removal's).
+                    assert_writes_past_the_loads(&trace, &label);
                     exhaustive(&label, &steps, Options::default());
                 }),
             ));
@@ -3103,21 +3116,8 @@ fn every_cut_of_a_failed_growing_hot_run_retried_with_readers_held_is_whole() {
                         trace.coverage.reopens_after_failure >= 1,
                         "{label}: no reopen"
                     );
-                    // The scenario does what it is for: after the close, commits write past
-                    // every page the loads wrote (the hot run's growth past the mark).
-                    let ps = trace.opts.get_page_size() as u64;
-                    let close = trace.events.iter().find(|e| e.1 == "close").unwrap().0;
-                    let end = |o: &IoOp| match o {
-                        IoOp::Write { off, data } => Some((off + data.len() as u64) / ps),
-                        _ => None,
-                    };
-                    let loaded = trace.ops[..close].iter().filter_map(end).max().unwrap();
-                    assert!(
-                        trace.ops[close..]
-                            .iter()
-                            .any(|o| matches!(o, IoOp::Write { off, .. } if off / ps >= loaded)),
-                        "{label}: no commit wrote past page {loaded}"
-                    );
+                    // The hot run's growth past the mark.
+                    assert_writes_past_the_loads(&trace, &label);
                     exhaustive(&label, &steps, Options::default());
                 }),
             ));

@@ -161,6 +161,37 @@ fn open_faulty(path: &Path, opts: Options) -> (Db, Arc<Planned>) {
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// Commit `i` (`commit`), its `fail.1`-th write failing with EIO when `fail.0` is `i`. None
+/// when that fault was armed and did not fire (the commit made fewer writes).
+fn commit_failing<T>(
+    plan: &Planned,
+    fail: Option<(usize, usize)>,
+    i: usize,
+    commit: impl FnOnce() -> larch::Result<T>,
+) -> Option<larch::Result<T>> {
+    let armed = fail.filter(|f| f.0 == i);
+    if let Some((_, at)) = armed {
+        let mut p = plan.lock().unwrap();
+        p.seen = [0; 3];
+        p.fault = Some(Fault {
+            kind: Call::Write,
+            at,
+            errno: libc::EIO,
+            short: false,
+            sticky: false,
+        });
+    }
+    let r = commit();
+    let fired = std::mem::take(&mut plan.lock().unwrap().fired);
+    if armed.is_some() {
+        plan.lock().unwrap().fault = None;
+        if !fired {
+            return None;
+        }
+    }
+    Some(r)
+}
+
 /// Spawning a child process forks: until it execs, the child holds a copy of every open
 /// descriptor, flock locks included, so a test thread that closes a database and reopens it
 /// at that moment would find it locked. Tests take this shared; the spawning test exclusive.
@@ -387,24 +418,9 @@ fn retried_commits(
     };
     let mut writes = Vec::new();
     for i in 0..COMMITS {
+        // None: the fault was armed and the commit made fewer writes.
+        let r = commit_failing(&plan, fail, i, || commit(i))?;
         if fail.map(|f| f.0) == Some(i) {
-            let mut p = plan.lock().unwrap();
-            p.seen = [0; 3];
-            p.fault = Some(Fault {
-                kind: Call::Write,
-                at: fail.unwrap().1,
-                errno: libc::EIO,
-                short: false,
-                sticky: false,
-            });
-        }
-        let r = commit(i);
-        let fired = std::mem::take(&mut plan.lock().unwrap().fired);
-        if fail.map(|f| f.0) == Some(i) {
-            plan.lock().unwrap().fault = None;
-            if !fired {
-                return None;
-            }
             r.expect_err("the faulted commit failed");
             plan.lock().unwrap().written.clear();
             match commit(i) {
@@ -438,26 +454,40 @@ fn a_failed_commit_retried_writes_where_it_would_have_had_nothing_failed() {
             let clean = retried_commits(dir.path(), opts, d, None)
                 .flatten()
                 .unwrap();
-            let mut cases = 0;
-            for j in 0..clean.len() {
-                for k in 0.. {
-                    let Some(got) = retried_commits(dir.path(), opts, d, Some((j, k))) else {
-                        break;
-                    };
-                    let Some(got) = got else {
-                        continue;
-                    };
-                    cases += 1;
-                    assert_eq!(
-                        got[j..],
-                        clean[j..],
-                        "{policy:?} {d:?}: commit {j} failed at its write {k}, retried"
-                    );
-                }
-            }
-            assert!(cases >= clean.len(), "{cases} faulted commits");
+            each_write_failed_retried(&clean, &format!("{policy:?} {d:?}"), |j, k| {
+                retried_commits(dir.path(), opts, d, Some((j, k)))
+            });
         }
     }
+}
+
+/// Each commit `j` of `clean`'s run failing at each of its writes `k` in turn and retried
+/// (`run(j, k)`: None once the commit has no write `k`, Some(None) when the fault poisoned the
+/// handle): from commit `j` on, the run writes what and where `clean` wrote. At least one
+/// faulted run per commit.
+fn each_write_failed_retried(
+    clean: &[Writes],
+    what: &str,
+    mut run: impl FnMut(usize, usize) -> Option<Option<Vec<Writes>>>,
+) {
+    let mut cases = 0;
+    for j in 0..clean.len() {
+        for k in 0.. {
+            let Some(got) = run(j, k) else {
+                break;
+            };
+            let Some(got) = got else {
+                continue;
+            };
+            cases += 1;
+            assert_eq!(
+                got[j..],
+                clean[j..],
+                "{what}: commit {j} failed at its write {k}, retried"
+            );
+        }
+    }
+    assert!(cases >= clean.len(), "{what}: {cases} faulted commits");
 }
 
 fn sweep(kind: Call, errno: i32, short: bool, d: Durability, mode: WriteMode) -> usize {
@@ -953,24 +983,9 @@ fn retried_commits_with_readers(
         }
         marks.push(db.stats().unwrap().high_water);
         let durable_before = durable(&db);
+        // None: the fault was armed and the commit made fewer writes.
+        let r = commit_failing(&plan, fail, i, || commit(i))?;
         if fail.map(|f| f.0) == Some(i) {
-            let mut p = plan.lock().unwrap();
-            p.seen = [0; 3];
-            p.fault = Some(Fault {
-                kind: Call::Write,
-                at: fail.unwrap().1,
-                errno: libc::EIO,
-                short: false,
-                sticky: false,
-            });
-        }
-        let r = commit(i);
-        let fired = std::mem::take(&mut plan.lock().unwrap().fired);
-        if fail.map(|f| f.0) == Some(i) {
-            plan.lock().unwrap().fault = None;
-            if !fired {
-                return None;
-            }
             r.expect_err("the faulted commit failed");
             if let Err(larch::Error::Poisoned { .. }) = db.stats() {
                 // The meta's write failed: poisoned until reopened, nothing is retried. The
@@ -1049,25 +1064,10 @@ fn a_failed_growing_commit_retried_with_readers_held_overwrites_nothing_they_or_
                 !grew.is_empty(),
                 "{policy:?} {d:?}: no commit wrote past its high-water mark: {clean:?} {marks:?}"
             );
-            let mut cases = 0;
-            for j in 0..clean.len() {
-                for k in 0.. {
-                    let Some(got) = retried_commits_with_readers(dir.path(), opts, d, Some((j, k)))
-                    else {
-                        break;
-                    };
-                    let Some((got, _)) = got else {
-                        continue;
-                    };
-                    cases += 1;
-                    assert_eq!(
-                        got[j..],
-                        clean[j..],
-                        "{policy:?} {d:?}: commit {j} failed at its write {k}, retried"
-                    );
-                }
-            }
-            assert!(cases >= clean.len(), "{cases} faulted commits");
+            each_write_failed_retried(&clean, &format!("{policy:?} {d:?}"), |j, k| {
+                retried_commits_with_readers(dir.path(), opts, d, Some((j, k)))
+                    .map(|got| got.map(|(writes, _)| writes))
+            });
         }
     }
 }
