@@ -561,12 +561,12 @@ mod tests {
         assert_eq!(s.load_advice, None);
         assert!(s.group_commit);
         assert!(!Setup::parse("null/pwrite:group=off").unwrap().group_commit);
-        assert_eq!(s.cache_folios, CacheFolios::Large);
+        assert_eq!(s.cache_folios, CacheFolios::Small);
         assert_eq!(
-            Setup::parse("first-fit/pwrite:folios=small")
+            Setup::parse("first-fit/pwrite:folios=large")
                 .unwrap()
                 .cache_folios,
-            CacheFolios::Small
+            CacheFolios::Large
         );
         assert!(Setup::parse("first-fit/pwrite:folios=tiny").is_err());
         assert_eq!(s.max_unsynced, None);

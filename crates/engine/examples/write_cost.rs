@@ -9,7 +9,8 @@
 //! Arguments: documents (default 20000), owa commits (default 2000). With
 //! `WRITE_COST_CT=FRACTION` the database has that compaction threshold, and the run prints how
 //! many background compactions it made; with `WRITE_COST_OWS=1` the overwrites are Sync commits
-//! (the harness's `ows`); `WRITE_COST_FOLIOS=small` writes single-page folios.
+//! (the harness's `ows`); `WRITE_COST_FOLIOS=large` writes large page-cache folios (the
+//! default is the engine's, single-page ones).
 
 use larch_engine::{Db, Durability, Options, Policy};
 
@@ -90,8 +91,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .durability(Durability::Sync)
         .compaction_threshold(ct)
         .cache_folios(match std::env::var("WRITE_COST_FOLIOS").as_deref() {
-            Ok("small") => larch_engine::CacheFolios::Small,
-            _ => larch_engine::CacheFolios::Large,
+            Ok("large") => larch_engine::CacheFolios::Large,
+            _ => larch_engine::CacheFolios::Small,
         });
     let db = Db::open(dir.path().join("w.larch"), opts)?;
     let t = std::time::Instant::now();

@@ -136,7 +136,7 @@ impl Default for Options {
             policy: Policy::FirstFit,
             write_mode: WriteMode::Pwrite,
             advice: Advice::Random,
-            cache_folios: CacheFolios::Large,
+            cache_folios: CacheFolios::Small,
             verify_checksums: false,
             read_only: false,
             create: true,
@@ -271,19 +271,20 @@ impl Options {
         self
     }
     /// How large the kernel's page-cache folios are for pages this handle writes into parts
-    /// of the file it had not written (Linux with large folios): `Large` (the default, up to
-    /// 64 KiB: reads through the map are faster) or `Small` (one page each: every later
-    /// one-page rewrite, which each commit makes, costs the kernel less). What it buys and
-    /// costs on this project's machine is in docs/performance.md, "Page-cache folios":
-    /// loads 1.29-1.36x and most commits 1.04-1.25x faster, against reads 2-8% slower and a
-    /// commit that writes a long run of fresh pages (a sorted bulk insert) 0.69x. Pwrite
-    /// writes (and Hybrid's); nothing in the file changes.
+    /// of the file it had not written (Linux with large folios): `Small` (the default, one
+    /// page each, for the first 16 MiB of a run of such writes: every later one-page rewrite,
+    /// which each commit makes, costs the kernel a page) or `Large` (up to 64 KiB: point
+    /// reads through the map are up to 5% faster over them at 500,000 documents). What it
+    /// buys and costs on this project's machine is in docs/performance.md, "Page-cache
+    /// folios": with `Small` loads run 1.18-1.23x and async overwrites 1.09-1.24x faster, point
+    /// reads 0.95x at 500,000 documents and 1.05x at 10,000,000. Pwrite writes (and Hybrid's);
+    /// nothing in the file changes.
     ///
     /// ```
     /// use larch_engine::{CacheFolios, Db, Options};
     /// # let dir = tempfile::tempdir().unwrap();
-    /// assert_eq!(Options::default().get_cache_folios(), CacheFolios::Large);
-    /// let db = Db::open(dir.path().join("t.larch"), Options::default().cache_folios(CacheFolios::Small))?;
+    /// assert_eq!(Options::default().get_cache_folios(), CacheFolios::Small);
+    /// let db = Db::open(dir.path().join("t.larch"), Options::default().cache_folios(CacheFolios::Large))?;
     /// let tx = db.begin_write()?;
     /// tx.open_tree("t")?.insert(b"k", b"v")?;
     /// tx.commit()?;

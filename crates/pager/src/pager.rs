@@ -63,7 +63,7 @@ impl Default for PagerOptions {
             page_size: 4096,
             write_mode: WriteMode::Pwrite,
             advice: Advice::default(),
-            cache_folios: CacheFolios::Large,
+            cache_folios: CacheFolios::Small,
             read_only: false,
             create: true,
             fall_back_on_damage: false,
