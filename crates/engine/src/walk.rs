@@ -88,6 +88,34 @@ impl PageSet {
         self.len
     }
 
+    /// The set as runs of pages (start, length), in order, each as long as it can be: what
+    /// two sets are compared by when one side is a run list that may be far larger than the
+    /// pages a file holds (a behind meta's unreached pages, the writer's free extents).
+    pub fn runs(&self) -> Vec<(PageId, u64)> {
+        let mut out: Vec<(PageId, u64)> = Vec::new();
+        for (&b, words) in &self.blocks {
+            let base = b * BLOCK_PAGES;
+            for (w, &word) in words.iter().enumerate() {
+                let mut word = word;
+                let mut shift = 0u32;
+                while word != 0 {
+                    let tz = word.trailing_zeros();
+                    word >>= tz;
+                    shift += tz;
+                    let ones = (!word).trailing_zeros();
+                    let start = base + w as u64 * 64 + u64::from(shift);
+                    match out.last_mut() {
+                        Some((p, n)) if p.checked_add(*n) == Some(start) => *n += u64::from(ones),
+                        _ => out.push((start, u64::from(ones))),
+                    }
+                    word = if ones >= 64 { 0 } else { word >> ones };
+                    shift += ones;
+                }
+            }
+        }
+        out
+    }
+
     /// The runs of pages in `lo..hi` that are not in the set, in order: at most one more
     /// than the pages in the set, however wide the range.
     pub fn gaps(&self, lo: PageId, hi: PageId) -> Vec<(PageId, u64)> {
@@ -494,6 +522,47 @@ mod tests {
         assert!(s.contains(1 << 40) && !s.contains(3) && !s.contains((1 << 40) + 2));
         assert!(pages.iter().all(|&p| s.contains(p)));
         assert_eq!(s.blocks.len(), 4);
+    }
+
+    #[test]
+    fn the_runs_of_a_page_set_are_its_pages_in_maximal_runs() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for case in 0..200 {
+            let mut s = PageSet::default();
+            let mut pages = std::collections::BTreeSet::new();
+            // Runs across words and blocks: whole words set, a run ending at a block's end.
+            for _ in 0..next(20) {
+                let start = next(3 * super::BLOCK_PAGES);
+                for p in start..start + next(200) {
+                    s.insert(p);
+                    pages.insert(p);
+                }
+            }
+            if case % 3 == 0 {
+                for p in super::BLOCK_PAGES - 64..super::BLOCK_PAGES + 3 {
+                    s.insert(p);
+                    pages.insert(p);
+                }
+            }
+            let mut want: Vec<(u64, u64)> = Vec::new();
+            for &p in &pages {
+                match want.last_mut() {
+                    Some((q, n)) if *q + *n == p => *n += 1,
+                    _ => want.push((p, 1)),
+                }
+            }
+            assert_eq!(s.runs(), want, "case {case}");
+        }
+        let mut top = PageSet::default();
+        top.insert(u64::MAX - 1);
+        top.insert(u64::MAX);
+        assert_eq!(top.runs(), vec![(u64::MAX - 1, 2)]);
     }
 
     #[test]
