@@ -102,11 +102,14 @@ fn fixture() -> &'static Fixture {
 fn build_fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fixture.larch");
+    // Every commit saves its free map (a commit carries its free-map changes otherwise, up to
+    // 65,536 bits), so that the newest commit has free-map pages to damage.
     let db = Db::open(
         &path,
         Options::default()
             .page_size(PS)
-            .durability(larch::Durability::Sync),
+            .durability(larch::Durability::Sync)
+            .carried_max_bits(1),
     )
     .unwrap();
     let mut states = BTreeMap::new();

@@ -1377,19 +1377,17 @@ fn script_large_commits(d: Durability) -> Vec<Step> {
 
 #[test]
 fn every_cut_of_commits_larger_than_one_write_opens_at_a_whole_committed_state() {
+    // Every commit saves its free map (its pages are part of what the large commits write).
+    let opts = Options::default().carried_max_bits(1);
     // The script does what it is for: some commit writes a full 1 MiB chunk and then more.
-    let trace = run(&script_large_commits(Durability::Sync), Options::default());
+    let trace = run(&script_large_commits(Durability::Sync), opts);
     let chunks = trace
         .ops
         .iter()
         .filter(|o| matches!(o, IoOp::Write { data, .. } if data.len() == 1 << 20))
         .count();
     assert!(chunks >= 2, "{chunks} writes of a whole 1 MiB chunk");
-    exhaustive(
-        "large/sync",
-        &script_large_commits(Durability::Sync),
-        Options::default(),
-    );
+    exhaustive("large/sync", &script_large_commits(Durability::Sync), opts);
     let mut s = script_large_commits(Durability::Async);
     s.push(Step::Sync);
     exhaustive("large/async", &s, Options::default());
@@ -2955,6 +2953,13 @@ fn script_hot_run_growth_file() -> Vec<Step> {
     s
 }
 
+/// Options for the hot-run growth scripts: every commit saves its free map (else a commit
+/// carries its free-map changes), so each hot run holds the free map's slots and the run
+/// outgrows the free runs the scripts leave.
+fn growth_opts() -> Options {
+    Options::default().carried_max_bits(1)
+}
+
 /// The hot-run growth scripts do what they are for: after the close, some commit writes past
 /// every page the loads wrote.
 fn assert_writes_past_the_loads(trace: &Trace, label: &str) {
@@ -3079,12 +3084,12 @@ fn every_cut_of_a_given_up_growing_hot_run_taken_by_a_later_commit_with_readers_
             variants.push((
                 label.clone(),
                 Box::new(move || {
-                    let trace = run(&steps, Options::default());
+                    let trace = run(&steps, growth_opts());
                     assert!(trace.faults >= 2, "{label}: {} faults fired", trace.faults);
                     // The growth the failed commit gave up is taken by a later one (the
                     // removal's).
                     assert_writes_past_the_loads(&trace, &label);
-                    exhaustive(&label, &steps, Options::default());
+                    exhaustive(&label, &steps, growth_opts());
                 }),
             ));
         }
@@ -3106,7 +3111,7 @@ fn every_cut_of_a_failed_growing_hot_run_retried_with_readers_held_is_whole() {
             variants.push((
                 label.clone(),
                 Box::new(move || {
-                    let trace = run(&steps, Options::default());
+                    let trace = run(&steps, growth_opts());
                     assert!(
                         trace.faults >= 3,
                         "{label}: {} of the faults fired",
@@ -3118,7 +3123,7 @@ fn every_cut_of_a_failed_growing_hot_run_retried_with_readers_held_is_whole() {
                     );
                     // The hot run's growth past the mark.
                     assert_writes_past_the_loads(&trace, &label);
-                    exhaustive(&label, &steps, Options::default());
+                    exhaustive(&label, &steps, growth_opts());
                 }),
             ));
         }

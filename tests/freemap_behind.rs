@@ -52,8 +52,15 @@ fn contents(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
 }
 
 /// A file of 4,000 keys, every commit Sync: its free map is current.
+/// Options under which every commit saves its free map (it carries at most one bit): a base
+/// file whose newest meta is not behind, to damage or to start from.
+fn saving() -> Options {
+    Options::default().page_size(PS).carried_max_bits(1)
+}
+
+/// A file of 4,000 keys and 20 one-key Sync commits, each of which saved its free map.
 fn loaded(path: &Path) -> (Db, BTreeMap<Vec<u8>, Vec<u8>>) {
-    let db = Db::open(path, Options::default().page_size(PS)).unwrap();
+    let db = Db::open(path, saving()).unwrap();
     let mut model = BTreeMap::new();
     let tx = db.begin_write().unwrap();
     {
@@ -71,14 +78,33 @@ fn loaded(path: &Path) -> (Db, BTreeMap<Vec<u8>, Vec<u8>>) {
 }
 
 #[test]
-fn async_commits_leave_the_free_map_behind_until_a_commit_that_syncs_saves_it() {
+fn commits_leave_the_free_map_behind_until_one_saves_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b.larch");
     let (db, mut model) = loaded(&path);
+    drop(db);
     let saved = newest(&path);
-    assert!(!saved.freemap_behind, "a Sync commit saves the free map");
+    assert!(
+        !saved.freemap_behind,
+        "every commit of the load saved the free map"
+    );
+    // Under the default cap, Sync commits leave the map behind as Async ones do.
+    let db = Db::open(&path, Options::default()).unwrap();
     for i in 100..300 {
-        commit(&db, Durability::Async, &mut model, i);
+        let d = if i % 3 == 0 {
+            Durability::Sync
+        } else {
+            Durability::Async
+        };
+        commit(&db, d, &mut model, i);
+        if d == Durability::Sync {
+            let m = newest(&path);
+            assert!(m.freemap_behind, "Sync commit {i}: {m:?}");
+            assert_eq!(
+                m.freemap, saved.freemap,
+                "Sync commit {i} rewrote the free map"
+            );
+        }
         if i % 50 == 0 {
             // In the writing process, check compares the free map plus the bits the writer
             // carries, and the in-memory free space, with the pages no tree reaches.
@@ -90,7 +116,7 @@ fn async_commits_leave_the_free_map_behind_until_a_commit_that_syncs_saves_it() 
     assert!(behind.freemap_behind, "{behind:?}");
     assert_eq!(
         behind.freemap, saved.freemap,
-        "no Async commit rewrote a free-map page"
+        "no commit rewrote a free-map page"
     );
     assert_eq!(
         behind.live_pages + behind.unreachable_pages,
@@ -99,7 +125,7 @@ fn async_commits_leave_the_free_map_behind_until_a_commit_that_syncs_saves_it() 
     db.check().unwrap();
 
     // A power cut now leaves this file: it opens at the behind meta with every page its
-    // trees do not reach free, and the next Sync commit writes a free map that says so.
+    // trees do not reach free, and reuses them.
     let crashed = dir.path().join("crashed.larch");
     std::fs::copy(&path, &crashed).unwrap();
     {
@@ -111,7 +137,6 @@ fn async_commits_leave_the_free_map_behind_until_a_commit_that_syncs_saves_it() 
             commit(&db2, Durability::Sync, &mut m2, i);
         }
         let after = newest(&crashed);
-        assert!(!after.freemap_behind);
         assert!(
             after.high_water <= behind.high_water + 8,
             "the reopened file reuses the pages the walk found free: high water {} -> {}",
@@ -121,17 +146,12 @@ fn async_commits_leave_the_free_map_behind_until_a_commit_that_syncs_saves_it() 
         db2.check().unwrap();
         assert_eq!(contents(&db2), m2);
     }
-    // Reopened after a clean close, the saved free map is trusted as it is.
     let db3 = Db::open(&crashed, Options::default()).unwrap();
     db3.check().unwrap();
     drop(db3);
 
-    // The original file: one Sync commit brings its free map up to date.
-    commit(&db, Durability::Sync, &mut model, 400);
-    let current = newest(&path);
-    assert!(!current.freemap_behind);
-    assert_ne!(current.freemap, saved.freemap);
-    db.check().unwrap();
+    // The original file, closed behind, opens whole (a commit that saves the map is
+    // `a_lowered_cap_makes_commits_save_and_bounds_what_an_open_accepts`).
     drop(db);
     let db = Db::open(&path, Options::default()).unwrap();
     assert_eq!(contents(&db), model);
@@ -204,7 +224,7 @@ fn a_behind_meta_takes_its_free_pages_from_the_walk_not_from_the_map() {
     assert!(!m.freemap_behind && m.unreachable_pages > 0);
 
     // The map says nothing is free (its root gone), the meta that it is behind: open finds
-    // the free pages by the walk, reuses them, and the next save writes them down.
+    // the free pages by the walk and reuses them.
     let lying = dir.path().join("lying.larch");
     std::fs::copy(&path, &lying).unwrap();
     assert_eq!(m.freemap.depth, 1, "one free-map page");
@@ -431,7 +451,7 @@ fn fix_crc(img: &mut [u8], id: u64) {
 fn crafted_behind_keeps_what_readers_reach(edit: impl FnOnce(&mut Vec<u8>, &Meta)) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("base.larch");
-    let db = Db::open(&path, Options::default().page_size(PS)).unwrap();
+    let db = Db::open(&path, saving()).unwrap();
     let mut model = BTreeMap::new();
     let tx = db.begin_write().unwrap();
     {
@@ -582,7 +602,7 @@ fn a_crafted_behind_meta_walks_a_tree_whose_catalog_record_overflows() {
 /// leaves opens under the same cap, and an open under a smaller cap than the writer's refuses
 /// a map behind by more than it.
 #[test]
-fn a_lowered_cap_makes_async_commits_save_and_bounds_what_an_open_accepts() {
+fn a_lowered_cap_makes_commits_save_and_bounds_what_an_open_accepts() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cap.larch");
     let (db, mut model) = loaded(&path);
@@ -590,11 +610,28 @@ fn a_lowered_cap_makes_async_commits_save_and_bounds_what_an_open_accepts() {
     let small = Options::default().carried_max_bits(40);
     let db = Db::open(&path, small).unwrap();
     let mut saved = 0;
+    // Sync commits that saved the map and that left it behind.
+    let (mut sync_saved, mut sync_behind) = (0, 0);
     for i in 1000..1100 {
-        commit(&db, Durability::Async, &mut model, i);
-        db.sync().unwrap();
-        if !newest(&path).freemap_behind {
+        let d = if i % 2 == 0 {
+            Durability::Sync
+        } else {
+            Durability::Async
+        };
+        commit(&db, d, &mut model, i);
+        if d == Durability::Async {
+            db.sync().unwrap();
+        }
+        let behind = newest(&path).freemap_behind;
+        if !behind {
             saved += 1;
+        }
+        if d == Durability::Sync {
+            if behind {
+                sync_behind += 1;
+            } else {
+                sync_saved += 1;
+            }
         }
         if i % 10 == 0 {
             let copy = dir.path().join("copy.larch");
@@ -608,7 +645,11 @@ fn a_lowered_cap_makes_async_commits_save_and_bounds_what_an_open_accepts() {
     // leaves and branches of each commit: a save now and then, not every commit.
     assert!(
         (2..=60).contains(&saved),
-        "{saved} of 100 Async commits saved the map"
+        "{saved} of 100 commits saved the map"
+    );
+    assert!(
+        sync_saved >= 1 && sync_behind >= 1,
+        "Sync commits: {sync_saved} saved the map, {sync_behind} left it behind"
     );
     drop(db);
     // Written under the default cap, behind by more than 40 bits: refused under 40.

@@ -18,11 +18,14 @@ type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 /// map; and what it holds.
 fn fixture(dir: &std::path::Path) -> (Vec<u8>, Model) {
     let path = dir.join("fixture.larch");
+    // Every commit saves its free map (a commit carries its changes otherwise): the newest
+    // meta's map is the one to craft.
     let db = Db::open(
         &path,
         Options::default()
             .page_size(PS)
-            .durability(Durability::Sync),
+            .durability(Durability::Sync)
+            .carried_max_bits(1),
     )
     .unwrap();
     let tx = db.begin_write().unwrap();

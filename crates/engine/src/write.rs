@@ -547,13 +547,15 @@ impl Txn {
         for (p, n) in std::mem::take(&mut self.held_fresh) {
             self.writer.free.policy.insert(p, n);
         }
-        // An Async commit writes no meta of its own, so its free-map changes can wait for a
-        // commit that does: the writer carries them, and this commit's meta says its free map
-        // is behind (docs/format.md, "A free map behind its meta"). Any commit that may be
-        // written with a sync saves them all, as does one that moves pages about in place or
-        // would leave the writer carrying more than `CARRIED_MAX` bits.
-        self.saves_free_map =
-            self.durability != Durability::Async || self.compacting || self.carries_too_much();
+        // A commit's free-map changes can wait for a later commit: the writer carries them,
+        // and this commit's meta says its free map is behind (docs/format.md, "A free map
+        // behind its meta"); a read-write open takes the free pages from the walk it makes
+        // anyway. A commit saves them all when it moves pages about in place (compaction) or
+        // would leave the writer carrying more than `CARRIED_MAX` bits. A one-key commit in a
+        // file of several free-map leaves would otherwise rewrite one leaf per chunk its few
+        // freed and taken pages fall in: 11.3 pages a Sync commit at 2,000,000 keys where
+        // 6.3 at 200,000.
+        self.saves_free_map = self.compacting || self.carries_too_much();
         if self.gather_hot_pages() {
             self.store_tree_roots(false)?;
         }

@@ -601,11 +601,14 @@ fn build_base(page_size: usize) -> Base {
     use larch::raw::{PageHeader, PageRole, PageType};
     let dir = Scratch::new("meta-base");
     let path = dir.path("base.larch");
+    // Every commit saves its free map (a commit carries its changes otherwise), so crafted
+    // metas can mark live pages free in a map the open trusts.
     let db = Db::open(
         &path,
         Options::default()
             .page_size(page_size)
-            .durability(Durability::Sync),
+            .durability(Durability::Sync)
+            .carried_max_bits(1),
     )
     .expect("create the base database");
     let put = |tree: &str, keys: std::ops::Range<u32>, vlen: usize| {

@@ -106,7 +106,7 @@ pub fn run(a: CheckArgs) -> CliResult {
         }
         if report.is_ok() {
             let free = if report.freemap_behind {
-                "unreachable (found by the walk: the free map is behind this Async commit)"
+                "unreachable (found by the walk: the free map is behind this commit)"
             } else {
                 "marked free"
             };
