@@ -2209,11 +2209,35 @@ fn random_workloads_survive_random_cuts() {
 /// covers it. Every cut must open at a whole committed state holding every acknowledged key.
 #[test]
 fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
+    group_commits(Options::default(), [Durability::Sync; 4], "group");
+}
+
+/// Review of exp-sync-behind: group commit with the free map behind, a lowered cap so the
+/// group's commits cross it now and then (a leader or follower saves after behind ones), and
+/// threads of Sync, Sync, NoMetaSync and Async commits mixed.
+#[test]
+fn every_cut_of_mixed_group_commits_crossing_a_lowered_carried_cap_keeps_every_acknowledged_commit(
+) {
+    let durs = [
+        Durability::Sync,
+        Durability::Sync,
+        Durability::NoMetaSync,
+        Durability::Async,
+    ];
+    for cap in [6, 40] {
+        group_commits(
+            Options::default().carried_max_bits(cap),
+            durs,
+            &format!("group mixed, cap {cap}"),
+        );
+    }
+}
+
+fn group_commits(opts: Options, durs: [Durability; 4], label: &str) {
     const THREADS: u64 = 4;
     const EACH: u64 = 30;
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
-    let opts = Options::default();
     drop(Db::open(&path, opts).unwrap());
     let initial = std::fs::read(&path).unwrap();
     let shared = Arc::new(Shared::default());
@@ -2232,15 +2256,17 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
             s.spawn(move || {
                 for i in 0..EACH {
                     let n = t * 1000 + i;
-                    let tx = db.begin_write().unwrap();
+                    let mut tx = db.begin_write().unwrap();
                     let txid = tx.txid();
+                    let d = durs[t as usize];
+                    tx.set_durability(d);
                     tx.open_tree("g")
                         .unwrap()
                         .insert(&key(n), &val(i, 100))
                         .unwrap();
                     tx.commit().unwrap();
                     let done = ops.lock().unwrap().len();
-                    log.lock().unwrap().push((txid, n, done));
+                    log.lock().unwrap().push((txid, n, done, d));
                 }
             });
         }
@@ -2264,7 +2290,7 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
     let mut states = BTreeMap::new();
     let mut m = Model::new();
     states.insert(0u64, m.clone());
-    let mut by_txid: Vec<_> = log.iter().map(|&(t, n, _)| (t, n)).collect();
+    let mut by_txid: Vec<_> = log.iter().map(|&(t, n, _, _)| (t, n)).collect();
     by_txid.sort();
     for (t, k) in by_txid {
         // Thread t's i-th commit wrote key(t * 1000 + i) = val(i, 100).
@@ -2275,7 +2301,7 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
     }
     let mut acks: Vec<(usize, u64, Durability)> = log
         .iter()
-        .map(|(t, _, done)| (*done, *t, Durability::Sync))
+        .map(|(t, _, done, d)| (*done, *t, *d))
         .collect();
     acks.sort_by_key(|&(done, t, _)| (done, t));
     let trace = Trace {
@@ -2296,13 +2322,13 @@ fn every_cut_of_group_commits_keeps_every_acknowledged_commit() {
             Image::Everything,
             Image::Random(k as u64 * 31 + 7),
         ] {
-            verify_cut(&trace, k, how, cut_dir.path(), "group");
+            verify_cut(&trace, k, how, cut_dir.path(), label);
             cuts += 1;
         }
         // And every image that loses exactly one write since the last sync.
-        cuts += lose_one_write(&trace, k, cut_dir.path(), "group, one lost");
+        cuts += lose_one_write(&trace, k, cut_dir.path(), &format!("{label}, one lost"));
     }
-    eprintln!("group commit: {cuts} power cuts");
+    eprintln!("{label}: {cuts} power cuts");
 }
 
 /// Verify the cut after `k` ops with every image that has all writes since the last sync but
@@ -2930,6 +2956,69 @@ fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
     every_variant(variants);
 }
 
+/// Review of exp-sync-behind: the rounds before the failing commit are Sync and NoMetaSync
+/// commits that leave the free map behind (durable behind metas on disk), and a lowered cap
+/// makes the failing commit (or an earlier round, at the lowest cap) the one that saves the
+/// carried bits. The failure is retried (after a reopen when it poisoned the handle).
+#[test]
+fn a_failed_save_of_carried_bits_after_behind_sync_commits_retried_keeps_every_cut_whole() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    let fails = (1..=4).map(|n| Step::Fail(Call::Write, n)).chain([
+        Step::Fail(Call::Sync, 1),
+        Step::Fail(Call::Sync, 2),
+        Step::Fail(Call::SetLen, 1),
+    ]);
+    for fail in fails {
+        for (cap, one_fsync) in [(16usize, true), (48, true), (16, false), (48, false)] {
+            let label = format!(
+                "failed save after behind Sync commits, {fail:?}, cap {cap}, one fsync {one_fsync}"
+            );
+            let mut steps = script_failed_save_of_carried_bits(fail.clone());
+            // The three rounds: Sync, NoMetaSync, Sync instead of Async.
+            let mut round = 0;
+            for st in steps.iter_mut() {
+                if matches!(st, Step::Commit(Durability::Async)) && round < 3 {
+                    *st = Step::Commit(
+                        [Durability::Sync, Durability::NoMetaSync, Durability::Sync][round],
+                    );
+                    round += 1;
+                }
+            }
+            let opts = Options::default()
+                .carried_max_bits(cap)
+                .one_fsync_commit(one_fsync);
+            variants.push((
+                label.clone(),
+                Box::new(move || {
+                    let trace = exhaustive_losing_one(&label, &steps, opts);
+                    // Behind commits write fewer pages and one-fsync commits sync once: some
+                    // faults find nothing to hit (the power-cut checks above ran anyway).
+                    assert!(trace.faults <= 1, "{label}: {} faults", trace.faults);
+                    eprintln!("{label}: {} fault(s) fired", trace.faults);
+                }),
+            ));
+        }
+    }
+    every_variant(variants);
+}
+
+/// Review of exp-sync-behind: the scripts the branch moved to `carried_max_bits(1)` (large
+/// commits, hot-run growth), run again with the default cap, so their Sync commits leave the
+/// free map behind; only the power-cut checks, not the scripts' own coverage asserts.
+#[test]
+fn every_cut_of_large_sync_commits_with_the_free_map_behind_is_whole() {
+    exhaustive(
+        "large/sync behind",
+        &script_large_commits(Durability::Sync),
+        Options::default(),
+    );
+    exhaustive(
+        "large/nometasync behind",
+        &script_large_commits(Durability::NoMetaSync),
+        Options::default(),
+    );
+}
+
 fn growth_key(i: u32) -> Vec<u8> {
     i.to_be_bytes().to_vec()
 }
@@ -3126,6 +3215,37 @@ fn every_cut_of_a_failed_growing_hot_run_retried_with_readers_held_is_whole() {
                     exhaustive(&label, &steps, growth_opts());
                 }),
             ));
+        }
+    }
+    every_variant(variants);
+}
+
+/// Review of exp-sync-behind: the failed and given-up hot-run growth scripts with the default
+/// cap (the branch moved them to `carried_max_bits(1)`), so their Sync and NoMetaSync commits
+/// leave the free map behind while faults hit them and readers are held; power-cut checks only.
+#[test]
+fn every_cut_of_failed_hot_run_growth_with_the_free_map_behind_is_whole() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    for d in [Durability::Sync, Durability::NoMetaSync] {
+        for fail in [
+            Step::Fail(Call::Write, 1),
+            Step::Fail(Call::Write, 2),
+            Step::Fail(Call::Write, 3),
+        ] {
+            for given_up in [false, true] {
+                let label = format!("hot run growth behind, {d:?}, {fail:?}, given up {given_up}");
+                let steps = if given_up {
+                    script_hot_run_growth_given_up(d, fail.clone())
+                } else {
+                    script_hot_run_growth_failed(d, fail.clone())
+                };
+                variants.push((
+                    label.clone(),
+                    Box::new(move || {
+                        exhaustive(&label, &steps, Options::default());
+                    }),
+                ));
+            }
         }
     }
     every_variant(variants);
