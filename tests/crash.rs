@@ -2927,15 +2927,20 @@ fn script_failed_save_of_carried_bits(fail: Step) -> Vec<Step> {
     s
 }
 
-#[test]
-fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
-    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
-    let fails = (1..=4).map(|n| Step::Fail(Call::Write, n)).chain([
+/// The faults the failed-save tests give the commit that saves the carried bits: each of its
+/// first writes, either sync, and the file's growth.
+fn save_faults() -> impl Iterator<Item = Step> {
+    (1..=4).map(|n| Step::Fail(Call::Write, n)).chain([
         Step::Fail(Call::Sync, 1),
         Step::Fail(Call::Sync, 2),
         Step::Fail(Call::SetLen, 1),
-    ]);
-    for fail in fails {
+    ])
+}
+
+#[test]
+fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
+    let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+    for fail in save_faults() {
         // A cap the commit that fails crosses, so it is the one that saves the carried bits
         // (under the default cap a Sync commit carries them too).
         let capped = Options::default().carried_max_bits(48);
@@ -2964,12 +2969,7 @@ fn a_failed_save_of_carried_free_map_bits_retried_keeps_every_cut_whole() {
 #[test]
 fn a_failed_save_of_carried_bits_after_behind_sync_commits_retried_keeps_every_cut_whole() {
     let mut variants: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
-    let fails = (1..=4).map(|n| Step::Fail(Call::Write, n)).chain([
-        Step::Fail(Call::Sync, 1),
-        Step::Fail(Call::Sync, 2),
-        Step::Fail(Call::SetLen, 1),
-    ]);
-    for fail in fails {
+    for fail in save_faults() {
         for (cap, one_fsync) in [(16usize, true), (48, true), (16, false), (48, false)] {
             let label = format!(
                 "failed save after behind Sync commits, {fail:?}, cap {cap}, one fsync {one_fsync}"

@@ -579,13 +579,7 @@ mod tests {
     fn the_run_count_kept_as_objects_come_and_go_is_the_manifest_length() {
         // Random commits over a small range of pages: node pages of one or two txids side by
         // side, overflow runs, frees and rewrites, so runs start, grow, split and merge.
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::test_rng(0x9e37_79b9_7f4a_7c15u64);
         for round in 0..200 {
             let mut b = Batch::default();
             for txid in 2..40 {
@@ -623,13 +617,7 @@ mod tests {
         // whatever its size and wherever it starts), including long overflow runs that
         // cover several objects, frees of spans that start inside an object, and lengths
         // of zero.
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::test_rng(0x2545_f491_4f6c_dd1du64);
         for round in 0..300 {
             let mut b = Batch::default();
             let mut model: BTreeMap<PageId, (u32, TxId)> = BTreeMap::new();

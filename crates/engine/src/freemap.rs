@@ -379,13 +379,7 @@ mod tests {
 
     #[test]
     fn changes_keep_the_newest_change_of_each_page_in_page_order() {
-        let mut seed = 0x6a09_e667_f3bc_c908u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::test_rng(0x6a09_e667_f3bc_c908u64);
         for _ in 0..300 {
             let span = 1 + next(20_000);
             let (mut older, mut newer) = (Changes::default(), Changes::default());
@@ -417,13 +411,7 @@ mod tests {
 
     #[test]
     fn differences_are_the_pages_one_list_holds_and_the_other_does_not() {
-        let mut seed = 0xda94_2042_e4dd_58b5u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::test_rng(0xda94_2042_e4dd_58b5u64);
         let runs = |set: &std::collections::BTreeSet<u64>| {
             let mut out: Vec<(PageId, u64)> = Vec::new();
             for &p in set {

@@ -91,3 +91,15 @@ pub mod raw {
         PageType, TreeRoot, MAGIC, MAX_FILE_BYTES, MAX_TXID, META_SIZE, PAGE_HEADER_SIZE,
     };
 }
+
+/// The unit tests' random numbers: `next(n)` is in `0..n`, the same sequence for the same seed
+/// (xorshift64).
+#[cfg(test)]
+pub(crate) fn test_rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}

@@ -526,13 +526,7 @@ mod tests {
 
     #[test]
     fn the_runs_of_a_page_set_are_its_pages_in_maximal_runs() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::test_rng(0x2545_f491_4f6c_dd1du64);
         for case in 0..200 {
             let mut s = PageSet::default();
             let mut pages = std::collections::BTreeSet::new();
@@ -567,13 +561,7 @@ mod tests {
 
     #[test]
     fn the_gaps_of_a_page_set_are_the_runs_it_does_not_hold() {
-        let mut seed = 0x853c_49e6_748f_ea9bu64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::test_rng(0x853c_49e6_748f_ea9bu64);
         for _ in 0..200 {
             let mut s = PageSet::default();
             let span = 1 + next(100_000);
