@@ -10,7 +10,10 @@
 //! `WRITE_COST_CT=FRACTION` the database has that compaction threshold, and the run prints how
 //! many background compactions it made; with `WRITE_COST_OWS=1` the overwrites are Sync commits
 //! (the harness's `ows`); `WRITE_COST_FOLIOS=large` writes large page-cache folios (the
-//! default is the engine's, single-page ones).
+//! default is the engine's, single-page ones); `WRITE_COST_UNSYNCED=off` sets
+//! `max_unsynced_bytes(None)` (no forced durable points); `WRITE_COST_TIMES=1` times each
+//! overwrite commit and prints the percentiles, the time spent in commits over 1 ms and the
+//! slowest commits (docs/performance.md, "What forced durable points cost").
 
 use larch_engine::{Db, Durability, Options, Policy};
 
@@ -62,6 +65,49 @@ fn owa(db: &Db, docs: u64, commits: u64, durability: Durability) -> larch_engine
     db.sync()
 }
 
+/// `owa` with each commit timed: the slowest commits and the percentiles (`WRITE_COST_TIMES=1`).
+fn owa_timed(db: &Db, docs: u64, commits: u64, durability: Durability) -> larch_engine::Result<()> {
+    let mut r = 1u64;
+    let mut times = Vec::with_capacity(commits as usize);
+    for c in 0..commits {
+        r = mix64(r);
+        let t = std::time::Instant::now();
+        let mut tx = db.begin_write()?;
+        tx.set_durability(durability);
+        tx.open_tree("t")?.insert(&key(1 + r % docs), &VALUE)?;
+        tx.commit()?;
+        times.push((t.elapsed().as_nanos() as u64, c));
+    }
+    let mut sorted = times.clone();
+    sorted.sort_unstable();
+    let pct = |q: f64| sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)].0 / 1000;
+    println!(
+        "commit us: p50 {} p90 {} p99 {} p999 {} max {}",
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        pct(0.999),
+        sorted.last().map_or(0, |t| t.0 / 1000)
+    );
+    let total: u64 = times.iter().map(|t| t.0).sum();
+    let over: u64 = times.iter().filter(|t| t.0 > 1_000_000).map(|t| t.0).sum();
+    println!(
+        "commits: {:.3} s in all, {:.3} s in {} commits over 1 ms",
+        total as f64 / 1e9,
+        over as f64 / 1e9,
+        times.iter().filter(|t| t.0 > 1_000_000).count()
+    );
+    let mut slow: Vec<_> = sorted
+        .iter()
+        .rev()
+        .take(30)
+        .map(|&(t, c)| (c, t / 1000))
+        .collect();
+    slow.sort_unstable();
+    println!("slowest (commit, us): {slow:?}");
+    db.sync()
+}
+
 /// The shape the writes left: leaves and their fill, and the pages below the high-water mark.
 fn report(db: &Db, after: &str) -> larch_engine::Result<()> {
     let s = db.stats()?;
@@ -86,7 +132,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .map(|v| v.parse::<f64>())
         .transpose()?;
-    let opts = Options::default()
+    let mut opts = Options::default();
+    if std::env::var("WRITE_COST_UNSYNCED").as_deref() == Ok("off") {
+        opts = opts.max_unsynced_bytes(None);
+    }
+    let opts = opts
         .policy(Policy::FirstFit)
         .durability(Durability::Sync)
         .compaction_threshold(ct)
@@ -109,7 +159,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("1") => Durability::Sync,
         _ => Durability::Async,
     };
-    owa(&db, docs, commits, durability)?;
+    let t = std::time::Instant::now();
+    if std::env::var("WRITE_COST_TIMES").as_deref() == Ok("1") {
+        owa_timed(&db, docs, commits, durability)?;
+    } else {
+        owa(&db, docs, commits, durability)?;
+    }
+    println!("owa: {:.2} s with its sync", t.elapsed().as_secs_f64());
     report(&db, "owa")?;
     if ct.is_some() {
         println!("background compactions in all: {}", db.compactions());
