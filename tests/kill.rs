@@ -64,10 +64,13 @@ fn state(n: u64) -> Tree {
 fn mode_from(s: &str) -> WriteMode {
     match s {
         "mmap" | "mmap-async" => WriteMode::Mmap,
-        "pwrite" | "compact" => WriteMode::Pwrite,
+        "pwrite" | "compact" | "saving" | "compact-saving" => WriteMode::Pwrite,
         "hybrid" => WriteMode::Hybrid,
         other => {
-            panic!("LARCH_KILL_MODE={other}: expected pwrite, mmap, mmap-async, hybrid or compact")
+            panic!(
+                "LARCH_KILL_MODE={other}: expected pwrite, mmap, mmap-async, hybrid, compact, \
+                 saving or compact-saving"
+            )
         }
     }
 }
@@ -83,13 +86,21 @@ fn durability_of(mode: &str, n: u64) -> Durability {
 
 /// How the child opens the file. `compact`: the Null policy piles up dead pages so that a
 /// background compaction (copy, catch-up, rename over the file) runs nearly all the time, and
-/// kills land in the middle of them.
+/// kills land in the middle of them. `saving` and `compact-saving`: the same with at most 8
+/// free-map bits carried past a commit (65,536 by default, which leaves every meta of these
+/// small files behind), so that a commit saves the free map every few commits and kills land
+/// on both kinds (docs/format.md, "A free map behind its meta").
 fn child_options(mode: &str) -> Options {
     let opts = Options::default()
         .durability(Durability::Sync)
         .write_mode(mode_from(mode));
+    let opts = if mode.ends_with("saving") {
+        opts.carried_max_bits(8)
+    } else {
+        opts
+    };
     match mode {
-        "compact" => opts
+        "compact" | "compact-saving" => opts
             .policy(Policy::Null)
             .compaction_threshold(Some(0.2))
             .compaction_min_bytes(0),
@@ -218,7 +229,21 @@ fn commit_and_kill(path: &Path, mode: &str, acks: u64, delay: Duration, ctx: &st
     (last.unwrap(), durable)
 }
 
-/// Background compactions the children reported finishing (the most any one child saw).
+/// Whether the newest valid meta in the file at `path` leaves its free map behind.
+fn newest_meta_is_behind(path: &Path) -> bool {
+    let bytes = std::fs::read(path).unwrap();
+    let page = Options::default().get_page_size();
+    [0, page]
+        .iter()
+        .filter_map(|&at| bytes.get(at..at + 128))
+        .filter_map(|m| larch::raw::Meta::decode(m).ok())
+        .max_by_key(|m| m.txid)
+        .expect("no valid meta in the file")
+        .freemap_behind
+}
+
+/// Background compactions the children of the running `kill_repeatedly` reported finishing
+/// (the most any one child saw); the tests take turns (`SPAWN`), each starting it at zero.
 static COMPACTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn note_compactions(line: &str) {
@@ -289,6 +314,7 @@ fn kill_repeatedly(mode: &str) {
         .as_nanos() as u64
         | 1;
     eprintln!("kill test ({mode}): seed {seed}");
+    COMPACTIONS.store(0, std::sync::atomic::Ordering::Relaxed);
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kill.larch");
@@ -296,12 +322,15 @@ fn kill_repeatedly(mode: &str) {
     let mut in_flight = 0;
     // Kills that found Async commits acknowledged after the last durable one.
     let mut after_async = 0;
+    // Kills after which the file's newest meta had saved the free map, and had left it behind.
+    let mut newest_saved = [0u64; 2];
     for round in 0..rounds {
         let acks = 1 + rng.below(40);
         let delay = Duration::from_micros(rng.below(3000));
         let ctx = format!("{mode} round {round} (seed {seed}, {acks} acks, {delay:?})");
         let (acked, durable) = commit_and_kill(&path, mode, acks, delay, &ctx);
         assert!(acked > total, "{ctx}: no commit acknowledged");
+        newest_saved[usize::from(newest_meta_is_behind(&path))] += 1;
         after_async += u64::from(acked > durable);
         total = verify(&path, mode_from(mode), durable.max(total), acked, &ctx);
         in_flight += u64::from(total == acked + 1);
@@ -311,6 +340,16 @@ fn kill_repeatedly(mode: &str) {
          landed after a commit's meta write but before its ack; {after_async} after Async \
          commits newer than the last durable one"
     );
+    if mode.ends_with("saving") && rounds >= 10 {
+        // The cap makes a commit save the free map every few commits: kills must find
+        // both kinds of newest meta, or the mode tested one of them only.
+        assert!(
+            newest_saved[0] > 0 && newest_saved[1] > 0,
+            "{mode}: newest meta saved the free map after {} kills, behind after {}",
+            newest_saved[0],
+            newest_saved[1]
+        );
+    }
     if durability_of(mode, 1) == Durability::Async && rounds >= 5 {
         // Most kills land after an Async ack (three commits in four): none means the children
         // made no Async commits, and the map path went untested.
@@ -355,6 +394,23 @@ fn sigkill_during_background_compaction_keeps_every_acknowledged_commit() {
     // Whatever the kill interrupts (the copy, a catch-up, the rename, the directory sync), the
     // file at the path is the old one or the new one, whole, with every acknowledged commit.
     kill_repeatedly("compact");
+    let done = COMPACTIONS.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        done > 0,
+        "no child finished a background compaction: the kills tested nothing"
+    );
+}
+
+#[test]
+fn sigkill_during_sync_commits_that_save_the_free_map_every_few_keeps_every_acknowledged_commit() {
+    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    kill_repeatedly("saving");
+}
+
+#[test]
+fn sigkill_during_background_compaction_with_free_map_saves_keeps_every_acknowledged_commit() {
+    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    kill_repeatedly("compact-saving");
     let done = COMPACTIONS.load(std::sync::atomic::Ordering::Relaxed);
     assert!(
         done > 0,
