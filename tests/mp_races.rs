@@ -136,9 +136,32 @@ fn get(db: &Db, k: &[u8]) -> Option<Vec<u8>> {
 /// would reuse txid `T2` on top of `T1`, losing it.
 #[test]
 fn a_reader_catching_up_never_hides_a_newer_commit_of_its_own_process() {
+    for opts in both_free_map_caps() {
+        reader_catching_up_with(opts);
+    }
+}
+
+/// The default options, where every meta of these small files leaves its free map behind,
+/// and options whose commits save it every commit or two (at most 8 bits carried past one):
+/// the other process's meta a catch-up or a writer's rebuild reads is then one of each kind
+/// (docs/format.md, "A free map behind its meta").
+fn both_free_map_caps() -> [Options; 2] {
+    [with_cap(false), with_cap(true)]
+}
+
+/// `Options::default()`, or with `saving` at most 8 free-map bits carried past a commit.
+fn with_cap(saving: bool) -> Options {
+    if saving {
+        Options::default().carried_max_bits(8)
+    } else {
+        Options::default()
+    }
+}
+
+fn reader_catching_up_with(opts: Options) {
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
-    let (other, db, hook) = two_processes(&path, Options::default());
+    let (other, db, hook) = two_processes(&path, opts);
     // The other process commits T1 and grows the file, so this process's catch-up reads the
     // file's length (the hook) between reading T1's txid and publishing T1's meta.
     put(&other, b"big", &vec![1u8; 4 << 20], Durability::Sync);
@@ -165,7 +188,7 @@ fn a_reader_catching_up_never_hides_a_newer_commit_of_its_own_process() {
     drop(other);
     let txid = db.begin_read().unwrap().txid();
     drop(db);
-    let db = Db::open(&path, Options::default()).unwrap();
+    let db = Db::open(&path, opts).unwrap();
     db.check().unwrap();
     assert_eq!(db.begin_read().unwrap().txid(), txid);
     assert_eq!(get(&db, b"w").as_deref(), Some(&b"1"[..]));
@@ -179,9 +202,15 @@ fn a_reader_catching_up_never_hides_a_newer_commit_of_its_own_process() {
 /// is not synced: a power cut then leaves no valid fallback.)
 #[test]
 fn a_sync_without_the_writer_lock_marks_durable_only_what_it_synced() {
+    for opts in both_free_map_caps() {
+        sync_without_the_writer_lock_with(opts);
+    }
+}
+
+fn sync_without_the_writer_lock_with(opts: Options) {
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
-    let (other, db, hook) = two_processes(&path, Options::default());
+    let (other, db, hook) = two_processes(&path, opts);
     put(&db, b"a", b"1", Durability::Sync);
     // The other process holds the writer lock until told to commit.
     let (go, go_rx) = mpsc::channel::<()>();
@@ -259,11 +288,17 @@ impl CompactionFs for HookedCompaction {
 /// (acknowledged, durable) commit dropped with the old file.
 #[test]
 fn a_background_switch_never_drops_a_commit_another_process_made_during_its_last_round() {
+    for saving in [false, true] {
+        switch_never_drops_a_commit_another_process_made_during_its_last_round_with(saving);
+    }
+}
+
+fn switch_never_drops_a_commit_another_process_made_during_its_last_round_with(saving: bool) {
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
     drop(Db::open(&path, Options::default()).unwrap());
     let hook = Arc::new(Hook::default());
-    let opts = Options::default()
+    let opts = with_cap(saving)
         .policy(Policy::Null)
         .compaction_threshold(Some(0.3))
         .compaction_min_bytes(0);
@@ -334,11 +369,17 @@ fn a_background_switch_never_drops_a_commit_another_process_made_during_its_last
 /// has made every commit durable in the new file: other processes may write then.
 #[test]
 fn a_background_switch_releases_the_writer_lock_async_commits_kept() {
+    for saving in [false, true] {
+        switch_releases_the_writer_lock_async_commits_kept_with(saving);
+    }
+}
+
+fn switch_releases_the_writer_lock_async_commits_kept_with(saving: bool) {
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
     drop(Db::open(&path, Options::default()).unwrap());
     let hook = Arc::new(Hook::default());
-    let opts = Options::default()
+    let opts = with_cap(saving)
         .policy(Policy::Null)
         .compaction_threshold(Some(0.3))
         .compaction_min_bytes(0);
