@@ -331,3 +331,97 @@ fn two_processes_handing_over_behind_free_maps_keep_every_copy_whole() {
     eprintln!("{cases} scripts: {stats:?}");
     assert!(stats.behind > 0 && stats.behind < stats.copies, "{stats:?}");
 }
+
+/// A process that opens a live file whose newest meta is behind, holds a snapshot while the
+/// first process keeps committing (every durability, overwrites and deletes that free the
+/// snapshot's pages), and goes on after the first one closes: the snapshot reads what it
+/// read, at every step, while the second process then writes over the file itself, and the
+/// file reopens clean with every commit. At the default cap (every meta behind) and with
+/// commits that save the free map every commit or two.
+#[test]
+fn a_snapshot_taken_by_a_second_process_of_a_behind_file_outlives_the_first_process() {
+    for saving in [false, true] {
+        let dir = scratch_dir();
+        let path = dir.path().join("live.larch");
+        let opts = if saving {
+            Options::default().carried_max_bits(8)
+        } else {
+            Options::default()
+        };
+        let ctx = |step: &str| format!("saving {saving}: {step}");
+        let mut rng = Rng(if saving { 11 } else { 7 });
+        let mut model = Model::new();
+        let a = {
+            drop(Db::open(&path, opts).unwrap());
+            process(&path, opts)
+        };
+        let put = |db: &Db, model: &mut Model, rng: &mut Rng, d: Durability, n: u64| {
+            let mut tx = db.begin_write().unwrap();
+            tx.set_durability(d);
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for _ in 0..n {
+                    let k = key(rng);
+                    if rng.below(4) == 0 {
+                        t.remove(&k).unwrap();
+                        model.remove(&k);
+                    } else {
+                        let v = value(rng, 4096);
+                        t.insert(&k, &v).unwrap();
+                        model.insert(k, v);
+                    }
+                }
+            }
+            tx.commit().unwrap();
+        };
+        for _ in 0..20 {
+            put(&a, &mut model, &mut rng, Durability::Sync, 40);
+        }
+        if !saving {
+            assert!(newest_is_behind(&path, 4096), "{}", ctx("not behind"));
+        }
+        // The second process opens the live file and holds a snapshot of it.
+        let b = process(&path, opts);
+        let held = b.begin_read().unwrap();
+        let seen = model.clone();
+        assert!(read_all(&held) == seen, "{}", ctx("snapshot at open"));
+        for (i, d) in [Durability::Sync, Durability::NoMetaSync, Durability::Async]
+            .into_iter()
+            .cycle()
+            .take(30)
+            .enumerate()
+        {
+            let n = 1 + rng.below(60);
+            put(&a, &mut model, &mut rng, d, n);
+            if i % 5 == 4 {
+                a.sync().unwrap();
+            }
+            assert!(
+                read_all(&held) == seen,
+                "{}",
+                ctx(&format!("snapshot after the first process's commit {i}"))
+            );
+        }
+        drop(a);
+        assert!(read_all(&held) == seen, "{}", ctx("after the first closed"));
+        // The second process takes the writer: it builds on the file the first left.
+        for i in 0..20 {
+            let d = [Durability::Sync, Durability::Async][i % 2];
+            let n = 1 + rng.below(60);
+            put(&b, &mut model, &mut rng, d, n);
+            assert!(
+                read_all(&held) == seen,
+                "{}",
+                ctx(&format!("snapshot after its own commit {i}"))
+            );
+            assert!(contents(&b) == model, "{}", ctx("the newest state"));
+        }
+        b.check().unwrap();
+        drop(held);
+        drop(b);
+        let db = Db::open(&path, opts).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("{}", ctx(&format!("check after reopen: {e}"))));
+        assert!(contents(&db) == model, "{}", ctx("contents after reopen"));
+    }
+}
