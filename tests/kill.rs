@@ -393,11 +393,16 @@ fn sigkill_during_background_compaction_keeps_every_acknowledged_commit() {
     let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     // Whatever the kill interrupts (the copy, a catch-up, the rename, the directory sync), the
     // file at the path is the old one or the new one, whole, with every acknowledged commit.
-    kill_repeatedly("compact");
+    kill_compactions_repeatedly("compact");
+}
+
+/// [`kill_repeatedly`] in a compaction mode; some child must have finished a compaction.
+fn kill_compactions_repeatedly(mode: &str) {
+    kill_repeatedly(mode);
     let done = COMPACTIONS.load(std::sync::atomic::Ordering::Relaxed);
     assert!(
         done > 0,
-        "no child finished a background compaction: the kills tested nothing"
+        "{mode}: no child finished a background compaction: the kills tested nothing"
     );
 }
 
@@ -410,10 +415,5 @@ fn sigkill_during_sync_commits_that_save_the_free_map_every_few_keeps_every_ackn
 #[test]
 fn sigkill_during_background_compaction_with_free_map_saves_keeps_every_acknowledged_commit() {
     let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
-    kill_repeatedly("compact-saving");
-    let done = COMPACTIONS.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(
-        done > 0,
-        "no child finished a background compaction: the kills tested nothing"
-    );
+    kill_compactions_repeatedly("compact-saving");
 }
