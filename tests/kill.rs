@@ -303,7 +303,10 @@ fn verify(path: &Path, mode: WriteMode, durable: u64, acked: u64, ctx: &str) -> 
     last
 }
 
-fn kill_repeatedly(mode: &str) {
+/// SIGKILL children committing in `mode` again and again, checking the file after each
+/// kill; returns the most compactions a child reported finishing. The tests take turns.
+fn kill_repeatedly(mode: &str) -> u64 {
+    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     let rounds: u64 = std::env::var("LARCH_KILL_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -358,39 +361,36 @@ fn kill_repeatedly(mode: &str) {
             "{mode}: no kill landed after an Async commit"
         );
     }
+    COMPACTIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Until a spawned child execs it holds copies of every descriptor, flock locks included: the
-/// two tests run one at a time so one's spawn never makes the other's file look locked.
+/// tests run one at a time (`kill_repeatedly`) so one's spawn never makes another's file look
+/// locked.
 static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn sigkill_during_pwrite_sync_commits_keeps_every_acknowledged_commit_and_no_partial_one() {
-    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     kill_repeatedly("pwrite");
 }
 
 #[test]
 fn sigkill_during_mmap_sync_commits_keeps_every_acknowledged_commit_and_no_partial_one() {
-    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     kill_repeatedly("mmap");
 }
 
 #[test]
 fn sigkill_during_hybrid_async_commits_through_the_map_keeps_every_durable_commit() {
-    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     kill_repeatedly("hybrid");
 }
 
 #[test]
 fn sigkill_during_mmap_async_commits_keeps_every_durable_commit() {
-    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     kill_repeatedly("mmap-async");
 }
 
 #[test]
 fn sigkill_during_background_compaction_keeps_every_acknowledged_commit() {
-    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     // Whatever the kill interrupts (the copy, a catch-up, the rename, the directory sync), the
     // file at the path is the old one or the new one, whole, with every acknowledged commit.
     kill_compactions_repeatedly("compact");
@@ -398,8 +398,7 @@ fn sigkill_during_background_compaction_keeps_every_acknowledged_commit() {
 
 /// [`kill_repeatedly`] in a compaction mode; some child must have finished a compaction.
 fn kill_compactions_repeatedly(mode: &str) {
-    kill_repeatedly(mode);
-    let done = COMPACTIONS.load(std::sync::atomic::Ordering::Relaxed);
+    let done = kill_repeatedly(mode);
     assert!(
         done > 0,
         "{mode}: no child finished a background compaction: the kills tested nothing"
@@ -408,12 +407,10 @@ fn kill_compactions_repeatedly(mode: &str) {
 
 #[test]
 fn sigkill_during_sync_commits_that_save_the_free_map_every_few_keeps_every_acknowledged_commit() {
-    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     kill_repeatedly("saving");
 }
 
 #[test]
 fn sigkill_during_background_compaction_with_free_map_saves_keeps_every_acknowledged_commit() {
-    let _one_at_a_time = SPAWN.lock().unwrap_or_else(|e| e.into_inner());
     kill_compactions_repeatedly("compact-saving");
 }
