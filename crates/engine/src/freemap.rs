@@ -26,15 +26,23 @@ pub const CHUNK_PAGES: u64 = (CHUNK_BYTES * 8) as u64;
 const CHANGE_BLOCK_PAGES: u64 = 4096;
 const CHANGE_BLOCK_WORDS: usize = (CHANGE_BLOCK_PAGES / 64) as usize;
 
-/// Free-map bits to write: page -> unreachable, the newest change of each page. Bitmaps in
-/// blocks of 4,096 pages, allocated where pages change: a commit records each page it takes
-/// or frees in a few instructions, and the writer folds a commit's changes into the ones it
-/// carries a word at a time ([`Changes::apply`]).
+/// Free-map bits to write: page -> unreachable, the newest change of each page. Up to
+/// [`SMALL_CHANGES`] of them in a sorted list (a one-key commit changes a dozen pages, spread
+/// over as many blocks as pages: a list costs it no allocation of a 1 KiB block per page);
+/// past that, bitmaps in blocks of 4,096 pages, allocated where pages change: a commit
+/// records each page it takes or frees in a few instructions, and the writer folds a commit's
+/// changes into the ones it carries a word at a time ([`Changes::apply`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Changes {
+    /// The changes while there are at most [`SMALL_CHANGES`], by page; empty once `blocks`
+    /// holds them.
+    small: Vec<(PageId, bool)>,
     blocks: BTreeMap<u64, Box<ChangeBlock>>,
     len: usize,
 }
+
+/// The most changes [`Changes`] keeps as a list.
+const SMALL_CHANGES: usize = 48;
 
 #[derive(Clone, Debug)]
 struct ChangeBlock {
@@ -56,6 +64,34 @@ impl ChangeBlock {
 impl Changes {
     /// Page `p` is now unreachable (free or pending) or not.
     pub fn insert(&mut self, p: PageId, unreachable: bool) {
+        if self.blocks.is_empty() {
+            match self.small.binary_search_by_key(&p, |&(q, _)| q) {
+                Ok(i) => {
+                    self.small[i].1 = unreachable;
+                    return;
+                }
+                Err(i) if self.small.len() < SMALL_CHANGES => {
+                    if self.small.capacity() == 0 {
+                        // One allocation for the list's life, not one per doubling.
+                        self.small.reserve_exact(SMALL_CHANGES);
+                    }
+                    self.small.insert(i, (p, unreachable));
+                    self.len += 1;
+                    return;
+                }
+                Err(_) => {
+                    // One more than a list holds: every change goes to the blocks.
+                    self.len = 0;
+                    for (q, u) in std::mem::take(&mut self.small) {
+                        self.insert_in_block(q, u);
+                    }
+                }
+            }
+        }
+        self.insert_in_block(p, unreachable);
+    }
+
+    fn insert_in_block(&mut self, p: PageId, unreachable: bool) {
         let b = self
             .blocks
             .entry(p / CHANGE_BLOCK_PAGES)
@@ -83,13 +119,14 @@ impl Changes {
     }
 
     pub fn clear(&mut self) {
+        self.small.clear();
         self.blocks.clear();
         self.len = 0;
     }
 
     /// Every change, in page order.
     pub fn iter(&self) -> impl Iterator<Item = (PageId, bool)> + '_ {
-        self.blocks.iter().flat_map(|(&b, block)| {
+        let blocks = self.blocks.iter().flat_map(|(&b, block)| {
             (0..CHANGE_BLOCK_WORDS).flat_map(move |w| {
                 let mut word = block.changed[w];
                 let base = b * CHANGE_BLOCK_PAGES + w as u64 * 64;
@@ -102,11 +139,25 @@ impl Changes {
                     Some((base + u64::from(bit), block.unreachable[w] >> bit & 1 == 1))
                 })
             })
-        })
+        });
+        // At most one of the two holds anything.
+        self.small.iter().copied().chain(blocks)
     }
 
     /// Lay `newer` over these: its changes win.
     pub fn apply(&mut self, newer: &Changes) {
+        for &(p, u) in &newer.small {
+            self.insert(p, u);
+        }
+        if newer.blocks.is_empty() {
+            return;
+        }
+        if !self.small.is_empty() {
+            self.len = 0;
+            for (q, u) in std::mem::take(&mut self.small) {
+                self.insert_in_block(q, u);
+            }
+        }
         for (&b, nb) in &newer.blocks {
             let block = self.blocks.entry(b).or_insert_with(ChangeBlock::new);
             for w in 0..CHANGE_BLOCK_WORDS {
@@ -384,16 +435,29 @@ mod tests {
             let span = 1 + next(20_000);
             let (mut older, mut newer) = (Changes::default(), Changes::default());
             let (mut m_older, mut m_newer) = (BTreeMap::new(), BTreeMap::new());
-            for _ in 0..next(400) {
+            // Sizes on both sides of the list's limit (SMALL_CHANGES), each side.
+            let size = |next: &mut dyn FnMut(u64) -> u64| {
+                if next(2) == 0 {
+                    next(2 * SMALL_CHANGES as u64)
+                } else {
+                    next(400)
+                }
+            };
+            for _ in 0..size(&mut next) {
                 let (p, v) = (next(span), next(2) == 1);
                 older.insert(p, v);
                 m_older.insert(p, v);
             }
-            for _ in 0..next(400) {
+            for _ in 0..size(&mut next) {
                 let (p, v) = (next(span), next(2) == 1);
                 newer.insert(p, v);
                 m_newer.insert(p, v);
             }
+            assert_eq!(newer.len(), m_newer.len());
+            assert_eq!(
+                newer.iter().collect::<Vec<_>>(),
+                m_newer.clone().into_iter().collect::<Vec<_>>()
+            );
             assert_eq!(
                 older.iter().collect::<Vec<_>>(),
                 m_older.clone().into_iter().collect::<Vec<_>>()
