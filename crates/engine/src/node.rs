@@ -376,7 +376,10 @@ pub struct Node {
     dead: usize,
     /// Entries (leaf) or separators (branch), in key order.
     ents: Vec<Ent>,
-    /// Branch children.
+    /// Branch children. In a node whose arena is its page image (`image`), a `Child::Page`
+    /// is the page id its cell in the arena holds: a child that moves to another page is a
+    /// `Child::Node` (a dirty node) until [`Node::settle_written`] writes its new id into the
+    /// cell, so encoding the image sets only the dirty children's ids.
     pub children: Vec<Child>,
     /// Encoded size of slots and cells (the header excluded); every edit keeps it.
     size: usize,
@@ -526,10 +529,11 @@ impl Node {
         self.ents.iter().filter_map(|e| self.run_of(e))
     }
 
-    /// The overflow runs this transaction wrote that the leaf refers to.
+    /// The overflow runs this transaction wrote that the leaf refers to (none in a branch,
+    /// whose entries hold no values: its entries are not looked at).
     pub fn fresh_runs(&self) -> impl Iterator<Item = Run> + '_ {
-        self.ents
-            .iter()
+        let ents = if self.leaf { &self.ents[..] } else { &[] };
+        ents.iter()
             .filter(|e| e.flags & FRESH != 0)
             .filter_map(|e| self.run_of(e))
     }
@@ -581,12 +585,18 @@ impl Node {
         page_of: impl Fn(NodeIdx) -> PageId,
     ) -> bool {
         let image = self.image && self.bytes.len() == page_size;
-        if !(self.live && image) || self.ents.iter().any(|e| e.flags & FRESH != 0) {
+        if !(self.live && image) || (self.leaf && self.ents.iter().any(|e| e.flags & FRESH != 0))
+        {
             return false;
         }
-        for c in &mut self.children {
+        // A dirty child's page goes into its cell of the arena too: in an image node a
+        // `Child::Page` is the id its cell holds (`children`), so encode leaves it.
+        for (e, c) in self.ents.iter().zip(&mut self.children) {
             if let Child::Node(i) = *c {
-                *c = Child::Page(page_of(i));
+                let p = page_of(i);
+                *c = Child::Page(p);
+                let at = e.at as usize - BRANCH_CELL + BRANCH_CHILD;
+                self.bytes[at..at + 8].copy_from_slice(&p.to_le_bytes());
             }
         }
         self.searches = 0;
@@ -1188,7 +1198,8 @@ impl Node {
     }
 
     /// `encode` of a node whose arena is its page (`image`): the page with this header and,
-    /// in a branch, every child's page id set in its cell.
+    /// in a branch, each dirty child's page id set in its cell (a `Child::Page` is the id its
+    /// cell holds already: `children`).
     fn encode_image(
         &self,
         out: &mut Vec<u8>,
@@ -1202,13 +1213,16 @@ impl Node {
         if !self.leaf {
             debug_assert_eq!(self.ents.len(), self.children.len());
             for (e, child) in self.ents.iter().zip(&self.children) {
-                let child = match *child {
-                    Child::Page(p) => p,
-                    Child::Node(n) => page_of(n),
-                };
                 // The child id sits between the cell's key length and its key.
                 let at = e.at as usize - BRANCH_CELL + BRANCH_CHILD;
-                page[at..at + 8].copy_from_slice(&child.to_le_bytes());
+                match *child {
+                    Child::Node(n) => page[at..at + 8].copy_from_slice(&page_of(n).to_le_bytes()),
+                    Child::Page(p) => debug_assert_eq!(
+                        page[at..at + 8],
+                        p.to_le_bytes(),
+                        "a clean child whose cell holds another page"
+                    ),
+                }
             }
         }
         larch_pager::set_page_checksum(page);
@@ -1683,7 +1697,7 @@ mod image_tests {
             prop_assert!(fast.image);
             for (j, d) in dirty.iter().enumerate() {
                 let i = d % fast.len();
-                fast.children[i] = if j % 2 == 0 { Child::Node(j) } else { Child::Page(*d as u64 >> 8) };
+                fast.children[i] = Child::Node(j);
             }
             let mut slow = fast.clone();
             slow.image = false;
