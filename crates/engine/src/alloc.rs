@@ -248,20 +248,27 @@ impl Txn {
         if order.is_empty() {
             return false;
         }
-        // By class, stably, then by (tree for the roots, page) within each class: the nodes of
-        // a tree come in the order they were made, which is their provisional ids' order, so
-        // the classes of a commit that changed one tree are sorted already and only a check.
-        let key =
-            |&(class, t, p, _): &(u8, usize, PageId, usize)| (if class == 0 { t } else { 0 }, p);
-        let mut classes: [Vec<(u8, usize, PageId, usize)>; 3] = Default::default();
-        for o in order.drain(..) {
-            classes[usize::from(o.0)].push(o);
-        }
-        for c in &mut classes {
-            if !c.is_sorted_by_key(key) {
-                c.sort_unstable_by_key(key);
+        // By class, then by (tree for the roots, page) within each class. No two nodes share
+        // a key (a page, provisional or not, is one node's), so an unstable sort orders them
+        // as a stable one would; a commit that changed one tree made its nodes in the order
+        // of their provisional ids, and often needs only the check.
+        let key = |&(class, t, p, _): &(u8, usize, PageId, usize)| {
+            (class, if class == 0 { t } else { 0 }, p)
+        };
+        if !order.is_sorted_by_key(key) {
+            // The classes in turn (each in the order made, as the nodes of one tree are),
+            // then whatever a class needs sorting: one pass each, where sorting the whole
+            // list of a large commit would compare every node.
+            let mut by_class = Vec::with_capacity(order.len());
+            for class in 0..3 {
+                let from = by_class.len();
+                by_class.extend(order.iter().filter(|o| o.0 == class));
+                let part = &mut by_class[from..];
+                if !part.is_sorted_by_key(key) {
+                    part.sort_unstable_by_key(key);
+                }
             }
-            order.append(c);
+            order = by_class;
         }
         let hot = order.iter().filter(|o| o.0 == 0).count() as u64;
         let warm = order.iter().filter(|o| o.0 == 1).count() as u64;
@@ -321,11 +328,16 @@ impl Txn {
                 self.freemap_changes.insert(p, true);
             }
         }
-        let mut hot_pages: Vec<PageId> = runs.iter().flat_map(|&(p, len)| p..p + len).collect();
-        debug_assert_eq!(hot_pages.len() as u64, want);
-        let slot_pages = hot_pages.split_off(hot as usize);
+        let hot_pages = runs.iter().flat_map(|&(p, len)| p..p + len);
+        debug_assert_eq!(hot_pages.clone().count() as u64, want);
+        // The pages after the roots' are the free map's slots (none when it is not saved).
+        let slot_pages: Vec<PageId> = if slots > 0 {
+            hot_pages.clone().skip(hot as usize).collect()
+        } else {
+            Vec::new()
+        };
         let pages = hot_pages
-            .into_iter()
+            .take(hot as usize)
             .chain(warm_runs.iter().flat_map(|&(p, len)| p..p + len))
             .chain(cold_runs.iter().flat_map(|&(p, len)| p..p + len));
         let mut moved = false;

@@ -585,8 +585,7 @@ impl Node {
         page_of: impl Fn(NodeIdx) -> PageId,
     ) -> bool {
         let image = self.image && self.bytes.len() == page_size;
-        if !(self.live && image) || (self.leaf && self.ents.iter().any(|e| e.flags & FRESH != 0))
-        {
+        if !(self.live && image) || (self.leaf && self.ents.iter().any(|e| e.flags & FRESH != 0)) {
             return false;
         }
         // A dirty child's page goes into its cell of the arena too: in an image node a

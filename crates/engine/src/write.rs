@@ -240,10 +240,14 @@ impl Txn {
             limits,
             nodes: Vec::new(),
             active: NO_TREE,
-            trees: vec![
-                TreeState::from_root(None, PageRole::Catalog, meta.catalog),
-                TreeState::from_root(None, PageRole::FreeMap, meta.freemap),
-            ],
+            // Room for the trees a transaction usually opens, so the first does not move
+            // the two it always has.
+            trees: {
+                let mut trees = Vec::with_capacity(4);
+                trees.push(TreeState::from_root(None, PageRole::Catalog, meta.catalog));
+                trees.push(TreeState::from_root(None, PageRole::FreeMap, meta.freemap));
+                trees
+            },
             names: HashMap::new(),
             undo: Vec::new(),
             freemap_changes: Default::default(),
@@ -325,10 +329,13 @@ impl Txn {
             return Ok(Some(i));
         }
         check_tree_name(name, &self.limits)?;
-        let found = self.get_in(CATALOG, name.as_bytes())?.map(|v| v.to_vec());
+        // Decoded where it lies: a tree root is a few words, not worth a copy of the entry.
+        let found = self
+            .get_in(CATALOG, name.as_bytes())?
+            .map(|v| TreeRoot::decode(v).ok_or(()));
         let state = match found {
-            Some(v) => {
-                let r = TreeRoot::decode(&v).ok_or_else(|| {
+            Some(r) => {
+                let r = r.map_err(|()| {
                     Error::corrupt(
                         self.base.meta.catalog.root,
                         format!("catalog entry {name:?} is short"),
@@ -695,7 +702,12 @@ impl Txn {
         self.db.pager.ensure_pages(self.high_water)?;
         self.park();
         // (page, tree, node) of every live dirty node, in page order.
-        let mut order: Vec<(PageId, TreeIdx, NodeIdx)> = Vec::new();
+        let live = self
+            .trees
+            .iter()
+            .map(|t| t.nodes.iter().filter(|n| n.live).count())
+            .sum();
+        let mut order: Vec<(PageId, TreeIdx, NodeIdx)> = Vec::with_capacity(live);
         for (t, tree) in self.trees.iter().enumerate() {
             order.extend(
                 tree.nodes
@@ -714,7 +726,7 @@ impl Txn {
                 "a dirty node still has a provisional page id at commit",
             ));
         }
-        let pages: Vec<PageId> = order.iter().map(|&(page, _, _)| page).collect();
+        let pages = |at: usize| order[at].0;
         // Encode into a bounded buffer and write each contiguous run of pages as it fills,
         // so a commit's memory does not grow by a second copy of every page it touched.
         let chunk = (WRITE_CHUNK_BYTES / ps).max(1);
@@ -733,12 +745,12 @@ impl Txn {
         let mut runs = 0;
         let mut first = 0; // index in `pages` of the first page in `buf`
         for (at, &(page, t, i)) in order.iter().enumerate() {
-            let joins = at > first && pages[at - 1] + 1 == page;
-            if at > 0 && pages[at - 1] + 1 != page {
+            let joins = at > first && pages(at - 1) + 1 == page;
+            if at > 0 && pages(at - 1) + 1 != page {
                 runs += 1;
             }
             if at > first && (!joins || at - first == chunk) {
-                write(pages[first], &buf)?;
+                write(pages(first), &buf)?;
                 buf.clear();
                 first = at;
             }
@@ -758,7 +770,7 @@ impl Txn {
             }
         }
         if !buf.is_empty() {
-            write(pages[first], &buf)?;
+            write(pages(first), &buf)?;
             runs += 1;
         }
         let mut overflow_runs = 0;
