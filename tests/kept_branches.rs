@@ -69,7 +69,7 @@ impl Storage for Failing {
 
 fn open(path: &Path, opts: Options) -> (Db, Arc<AtomicI64>) {
     if !path.exists() {
-        drop(Db::open(path, opts.clone()).unwrap());
+        drop(Db::open(path, opts).unwrap());
     }
     let fail_at = Arc::new(AtomicI64::new(-1));
     let storage = Failing {
@@ -104,7 +104,7 @@ fn one_key_commits(policy: Policy, seed: u64, commits: u32) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("k.larch");
     let opts = Options::default().policy(policy);
-    let (db, fail_at) = open(&path, opts.clone());
+    let (db, fail_at) = open(&path, opts);
     let mut rng = Rng(seed | 1);
     let mut model = Model::new();
     let mut failed = 0;
