@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use larch::{Db, Durability, Options, Policy};
+use larch_testkit::images::contents;
 use larch_testkit::Rng;
 
 type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -36,22 +37,6 @@ fn value(rng: &mut Rng, tag: u64) -> Vec<u8> {
     let mut v = vec![(tag % 251) as u8; len];
     v[0] = rng.below(256) as u8;
     v
-}
-
-fn contents(db: &Db) -> Model {
-    let rx = db.begin_read().unwrap();
-    let mut m = Model::new();
-    for name in rx.tree_names().unwrap() {
-        let t = rx.open_tree(&name).unwrap();
-        let tree = t
-            .iter()
-            .unwrap()
-            .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
-            .collect::<Result<Tree, _>>()
-            .unwrap();
-        m.insert(name, tree);
-    }
-    m
 }
 
 fn verify(db: &Db, model: &Model, what: &str) {
