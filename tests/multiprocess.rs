@@ -399,6 +399,31 @@ fn child() {
             println!("committed");
             std::thread::sleep(Duration::from_secs(120));
         }
+        "behind_writer" => {
+            // Commits 1, 2, ... of `behind_commit` until told to stop (a line on stdin),
+            // printing `ack <n>` after each; with LARCH_MP_CAP carrying at most that many
+            // free-map bits past a commit. Then closes and prints `closed <n>`.
+            let opts = match std::env::var("LARCH_MP_CAP") {
+                Ok(bits) => Options::default().carried_max_bits(bits.parse().unwrap()),
+                Err(_) => Options::default(),
+            };
+            let db = Db::open(&path, opts).unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let s = stop.clone();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let _ = std::io::stdin().read_line(&mut line);
+                s.store(true, std::sync::atomic::Ordering::Release);
+            });
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                n += 1;
+                behind_commit(&db, n);
+                println!("ack {n}");
+            }
+            drop(db);
+            println!("closed {n}");
+        }
         "two_commits" => {
             // Commit k = "old"; on a line from stdin commit k = "new"; wait to be killed (no
             // clean close).
@@ -1349,4 +1374,232 @@ fn two_processes_opening_one_file_through_two_hard_links_never_write_at_once() {
         assert!(line.starts_with("refused"), "{line}");
     }
     kid.kill();
+}
+
+/// The durability of commit `n` of `behind_commit`: Sync, NoMetaSync and Async in turn.
+fn behind_durability(n: u64) -> Durability {
+    [Durability::Sync, Durability::NoMetaSync, Durability::Async][(n % 3) as usize]
+}
+
+/// What commit `n` of `behind_commit` writes into tree "t" besides `last`: key `n`, a hot key
+/// overwritten every 40 commits (its old leaves freed), and every third commit the removal of
+/// key `n / 2`.
+fn behind_edits(n: u64) -> (Vec<u8>, Vec<u8>, Vec<u8>, Option<Vec<u8>>) {
+    let v = vec![n as u8; 30 + (n as usize * 37) % 250];
+    let hot = format!("hot{:02}", n % 40).into_bytes();
+    let gone = (n % 3 == 0 && n > 4).then(|| format!("n{:06}", n / 2).into_bytes());
+    (format!("n{n:06}").into_bytes(), v, hot, gone)
+}
+
+/// Commit `n` (in `behind_durability(n)`) on top of commit `n - 1`.
+fn behind_commit(db: &Db, n: u64) {
+    let mut tx = db.begin_write().unwrap();
+    tx.set_durability(behind_durability(n));
+    behind_write(&tx, n);
+    tx.commit().unwrap();
+}
+
+/// Commit `n + 1` on top of commit `n`, the newest the file holds; returns `n + 1`.
+fn behind_commit_next(db: &Db) -> u64 {
+    let mut tx = db.begin_write().unwrap();
+    let n = tx
+        .open_tree("t")
+        .unwrap()
+        .get(b"last")
+        .unwrap()
+        .map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()))
+        + 1;
+    tx.set_durability(behind_durability(n));
+    behind_write(&tx, n);
+    tx.commit().unwrap();
+    n
+}
+
+fn behind_write(tx: &larch::WriteTx, n: u64) {
+    let mut t = tx.open_tree("t").unwrap();
+    let (k, v, hot, gone) = behind_edits(n);
+    t.insert(&k, &v).unwrap();
+    t.insert(&hot, &[n as u8; 400]).unwrap();
+    if let Some(g) = gone {
+        t.remove(&g).unwrap();
+    }
+    t.insert(b"last", &n.to_le_bytes()).unwrap();
+}
+
+/// Tree "t" after commits 1..=n of `behind_commit`.
+fn behind_state(n: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut t = BTreeMap::new();
+    for i in 1..=n {
+        let (k, v, hot, gone) = behind_edits(i);
+        t.insert(k, v);
+        t.insert(hot, vec![i as u8; 400]);
+        if let Some(g) = gone {
+            t.remove(&g);
+        }
+        t.insert(b"last".to_vec(), i.to_le_bytes().to_vec());
+    }
+    t
+}
+
+/// Tree "t" of a snapshot, scanned whole.
+fn scan_t(rx: &larch::ReadTx, ctx: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let t = match rx.open_tree("t") {
+        Ok(t) => t,
+        Err(Error::TreeNotFound(_)) => return BTreeMap::new(),
+        Err(e) => panic!("{ctx}: {e}"),
+    };
+    t.iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{ctx}: scan of snapshot {}: {e}", rx.txid()))
+}
+
+/// The commit a snapshot holds, after checking that tree "t" is exactly the state after it.
+fn behind_snapshot(rx: &larch::ReadTx, ctx: &str) -> u64 {
+    let got = scan_t(rx, ctx);
+    let last = got
+        .get(&b"last"[..])
+        .map_or(0, |v| u64::from_le_bytes(v[..].try_into().unwrap()));
+    assert!(
+        got == behind_state(last),
+        "{ctx}: snapshot {} is not the state after commit {last}",
+        rx.txid()
+    );
+    last
+}
+
+impl Kid {
+    /// The next `ack <n>` the child prints; None once it exited.
+    fn next_ack(&mut self) -> Option<u64> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.out.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if let Some(n) = line.trim().strip_prefix("ack ") {
+                return Some(n.parse().unwrap());
+            }
+        }
+    }
+}
+
+/// Process A writes the file (Sync, NoMetaSync and Async commits, whose metas leave the free
+/// map behind, or under a low cap save it every commit or two) while process B, opened
+/// read-write on the live file, takes snapshots as A goes and holds up to four of them. A
+/// closes or is SIGKILLed; B then writes on from what A left, its snapshots still held. Every
+/// snapshot B takes is a whole commit no older than A's last acknowledged commit with a meta
+/// (published before its ack), every held one reads the same throughout (a page A or B reused
+/// under it would show), and the reopened file checks clean with every commit A made durable
+/// (a kill loses only Async ones) and all of B's.
+#[test]
+fn a_process_holding_snapshots_of_a_behind_file_outlives_its_writer_closing_or_killed() {
+    for cap in [None, Some(8)] {
+        for end in ["close", "kill"] {
+            let ctx = format!("cap {cap:?}, writer's {end}");
+            let (_dir, path) = scratch("behind-live");
+            let opts = cap.map_or(Options::default(), |c| {
+                Options::default().carried_max_bits(c)
+            });
+            drop(Db::open(&path, opts).unwrap());
+            let env: Vec<(&str, String)> = cap
+                .map(|c| ("LARCH_MP_CAP", c.to_string()))
+                .into_iter()
+                .collect();
+            let mut a = spawn("behind_writer", &path, &env);
+            let mut acked = 0;
+            while acked < 20 {
+                acked = a.next_ack().expect("the writer exited");
+            }
+            let b = Db::open(&path, opts).unwrap();
+            let mut rng = Rng(acked | 1);
+            // Snapshots held, each with the commit it holds and what it read then.
+            type Held = (larch::ReadTx, u64, BTreeMap<Vec<u8>, Vec<u8>>);
+            let mut held: Vec<Held> = Vec::new();
+            let still = |held: &[Held], ctx: &str| {
+                for (rx, at, seen) in held {
+                    assert!(
+                        scan_t(rx, ctx) == *seen,
+                        "{ctx}: the snapshot of commit {at} changed under its reader"
+                    );
+                }
+            };
+            // The last acknowledged commit that wrote its meta: published, and kept by a kill.
+            let visible = |acked: u64| (1..=acked).rev().find(|&n| n % 3 != 2).unwrap_or(0);
+            for round in 0..60 {
+                for _ in 0..1 + rng.below(12) {
+                    acked = a.next_ack().expect("the writer exited");
+                }
+                let rx = b.begin_read().unwrap();
+                let at = behind_snapshot(&rx, &format!("{ctx}, round {round}"));
+                assert!(
+                    at >= visible(acked),
+                    "{ctx}, round {round}: a snapshot of commit {at} after commit {} was \
+                     acknowledged",
+                    visible(acked)
+                );
+                if held.len() == 4 {
+                    held.remove(rng.below(4) as usize);
+                }
+                let seen = scan_t(&rx, &ctx);
+                held.push((rx, at, seen));
+                still(&held, &format!("{ctx}, round {round}"));
+            }
+            let durable = if end == "close" {
+                a.say("stop");
+                let closed = a.expect("closed");
+                let n: u64 = closed.split(' ').nth(1).unwrap().parse().unwrap();
+                a.wait_ok();
+                acked = n;
+                n
+            } else {
+                let _ = a.child.kill();
+                while let Some(n) = a.next_ack() {
+                    acked = n;
+                }
+                let _ = a.child.wait();
+                visible(acked)
+            };
+            still(&held, &format!("{ctx}, after the writer's end"));
+            // B writes on from the newest commit the file holds (a killed writer may have
+            // written a meta it did not publish), in every durability.
+            let first = behind_commit_next(&b);
+            let held_by_file = first - 1;
+            if end == "close" {
+                assert_eq!(held_by_file, durable, "{ctx}: not the writer's last commit");
+            } else {
+                assert!(
+                    (durable..=acked + 1).contains(&held_by_file),
+                    "{ctx}: the file held commit {held_by_file}, the writer made {durable} \
+                     durable (against a kill) and acknowledged {acked}"
+                );
+            }
+            let mut last = first;
+            for i in 0..60 {
+                last = behind_commit_next(&b);
+                if i % 20 == 19 {
+                    held.remove(0);
+                }
+                still(&held, &format!("{ctx}, B's commit {last}"));
+            }
+            eprintln!(
+                "{ctx}: the writer acknowledged {acked} commits ({durable} durable), the \
+                 second process wrote {first}..={last}"
+            );
+            b.check()
+                .unwrap_or_else(|e| panic!("{ctx}: check of the second process: {e}"));
+            drop(held);
+            drop(b);
+            let db = Db::open(&path, opts).unwrap();
+            db.check()
+                .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
+            let rx = db.begin_read().unwrap();
+            assert_eq!(
+                behind_snapshot(&rx, &format!("{ctx}, reopened")),
+                last,
+                "{ctx}: the second process's commits did not survive its close"
+            );
+        }
+    }
 }
