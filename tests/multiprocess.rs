@@ -1491,7 +1491,8 @@ impl Kid {
 /// closes or is SIGKILLed; B then writes on from what A left, its snapshots still held. Every
 /// snapshot B takes is a whole commit no older than A's last acknowledged commit with a meta
 /// (published before its ack), every held one reads the same throughout (a page A or B reused
-/// under it would show), and the reopened file checks clean with every commit A made durable
+/// under it would show), B's check of the commit it reads passes while A writes, and the
+/// reopened file checks clean with every commit A made durable
 /// (a kill loses only Async ones) and all of B's.
 #[test]
 fn a_process_holding_snapshots_of_a_behind_file_outlives_its_writer_closing_or_killed() {
@@ -1545,6 +1546,12 @@ fn a_process_holding_snapshots_of_a_behind_file_outlives_its_writer_closing_or_k
                 let seen = scan_t(&rx, &ctx);
                 held.push((rx, at, seen));
                 still(&held, &format!("{ctx}, round {round}"));
+                if round % 10 == 9 {
+                    // Checked by the process that does not write, on the commit it reads.
+                    b.check().unwrap_or_else(|e| {
+                        panic!("{ctx}, round {round}: check while the writer commits: {e}")
+                    });
+                }
             }
             let durable = if end == "close" {
                 a.say("stop");
