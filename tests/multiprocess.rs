@@ -401,8 +401,9 @@ fn child() {
         }
         "behind_writer" => {
             // Commits 1, 2, ... of `behind_commit` until told to stop (a line on stdin),
-            // printing `ack <n>` after each; with LARCH_MP_CAP carrying at most that many
-            // free-map bits past a commit. Then closes and prints `closed <n>`.
+            // printing `ack <n>` after each, and every 150 compacts the file in place (its
+            // rounds save the free map); with LARCH_MP_CAP carrying at most that many free-map
+            // bits past a commit. Then closes and prints `closed <n>`.
             let opts = match std::env::var("LARCH_MP_CAP") {
                 Ok(bits) => Options::default().carried_max_bits(bits.parse().unwrap()),
                 Err(_) => Options::default(),
@@ -419,6 +420,9 @@ fn child() {
             while !stop.load(std::sync::atomic::Ordering::Acquire) {
                 n += 1;
                 behind_commit(&db, n);
+                if n % 150 == 0 {
+                    db.compact().unwrap();
+                }
                 println!("ack {n}");
             }
             drop(db);
@@ -1486,7 +1490,8 @@ impl Kid {
 }
 
 /// Process A writes the file (Sync, NoMetaSync and Async commits, whose metas leave the free
-/// map behind, or under a low cap save it every commit or two) while process B, opened
+/// map behind, or under a low cap save it every commit or two, and now and then an in-place
+/// compaction, whose rounds save it) while process B, opened
 /// read-write on the live file, takes snapshots as A goes and holds up to four of them. A
 /// closes or is SIGKILLed; B then writes on from what A left, its snapshots still held. Every
 /// snapshot B takes is a whole commit no older than A's last acknowledged commit with a meta
