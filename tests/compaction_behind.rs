@@ -392,3 +392,105 @@ fn a_compaction_whose_new_file_fails_part_way_while_the_free_map_is_behind_keeps
         }
     }
 }
+
+/// A process (a handle opened with `Db::open_with_storage_as_process`) compacts in the
+/// background while alone; a second process then opens the file the switch put in place, whose
+/// newest meta (the switch's last round, or a later commit) leaves the free map behind, and the
+/// two write in turn, in every durability, the first holding a snapshot of its own from before
+/// the second came; the first compacts again once the second has gone. Each check, the held
+/// snapshot, and the file after both closed hold every commit.
+#[test]
+fn a_process_opening_the_file_a_behind_compaction_switched_to_writes_on_it_with_every_commit() {
+    for cap in [None, Some(24)] {
+        let ctx = |what: &str| format!("cap {cap:?}: {what}");
+        let dir = scratch_dir();
+        let path = dir.path().join("db.larch");
+        drop(Db::open(&path, options(cap)).unwrap());
+        let first = Db::open_with_storage_as_process(&path, file_storage, options(cap)).unwrap();
+        let mut rng = Rng(17 + cap.unwrap_or(0) as u64);
+        let mut model = Model::new();
+        while first.compactions() < 2 {
+            commit(&first, &mut rng, &mut model, Durability::Sync);
+            let _ = first.wait_for_compaction();
+        }
+        for _ in 0..3 {
+            commit(&first, &mut rng, &mut model, Durability::Sync);
+        }
+        first.wait_for_compaction().unwrap();
+        if cap.is_none() {
+            assert!(
+                newest_is_behind(&path),
+                "{}",
+                ctx("the switched file saved its map")
+            );
+        }
+        let held = first.begin_read().unwrap();
+        let seen = model.clone();
+        let second = Db::open_with_storage_as_process(&path, file_storage, reopen_options(cap))
+            .unwrap_or_else(|e| panic!("{}", ctx(&format!("the second open: {e}"))));
+        assert!(
+            contents(&second) == model,
+            "{}",
+            ctx("the second process's view")
+        );
+        let both = [&first, &second];
+        let mut writer = 0;
+        for i in 0..300 {
+            let who = rng.below(2) as usize;
+            if who != writer {
+                // The writer keeps the lock while its Async commits have no meta.
+                both[writer].sync().unwrap();
+                writer = who;
+            }
+            let d = [Durability::Sync, Durability::NoMetaSync, Durability::Async][i % 3];
+            commit(both[who], &mut rng, &mut model, d);
+            assert!(
+                reader_contents(&held) == seen,
+                "{}",
+                ctx(&format!("the held snapshot after commit {i}"))
+            );
+            if i % 30 == 29 {
+                both[who]
+                    .check()
+                    .unwrap_or_else(|e| panic!("{}", ctx(&format!("check after {i}: {e}"))));
+                assert!(contents(both[who]) == model, "{}", ctx("contents"));
+            }
+        }
+        both[writer].sync().unwrap();
+        let switched = first.compactions();
+        assert!(
+            first.compactions_refused() > 0,
+            "{}",
+            ctx("no compaction was called for while both were attached: the turns were idle")
+        );
+        drop(second);
+        // Alone again: the first compacts what the two left.
+        for _ in 0..200 {
+            if first.compactions() > switched {
+                break;
+            }
+            commit(&first, &mut rng, &mut model, Durability::Sync);
+            let _ = first.wait_for_compaction();
+        }
+        assert!(
+            first.compactions() > switched,
+            "{}",
+            ctx("no compaction once the second process had gone")
+        );
+        assert!(
+            reader_contents(&held) == seen,
+            "{}",
+            ctx("the held snapshot at the end")
+        );
+        first
+            .check()
+            .unwrap_or_else(|e| panic!("{}", ctx(&format!("check at the end: {e}"))));
+        assert!(contents(&first) == model, "{}", ctx("contents at the end"));
+        drop(held);
+        drop(first);
+        let db = Db::open(&path, reopen_options(cap)).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("{}", ctx(&format!("check after reopen: {e}"))));
+        assert!(contents(&db) == model, "{}", ctx("contents after reopen"));
+    }
+}
