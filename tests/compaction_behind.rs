@@ -509,3 +509,137 @@ fn a_process_opening_the_file_a_behind_compaction_switched_to_writes_on_it_with_
         assert!(contents(&db) == model, "{}", ctx("contents after reopen"));
     }
 }
+
+/// Several threads commit at once (Sync commits gather into group commits whose last writer
+/// syncs for all, with a thread of Async ones and `Db::sync` among them) while background
+/// compactions copy, catch up and switch, and a reader thread checks every snapshot it takes:
+/// each writer's keys are exactly those its counter says it committed. At the default cap and
+/// with commits that save the free map every few. After the threads, the handle and the
+/// reopened file check clean and hold every commit each thread had acknowledged.
+#[test]
+fn group_commits_of_several_threads_across_behind_compaction_switches_keep_every_commit() {
+    const WRITERS: u64 = 4;
+    const COMMITS: u64 = 500;
+    for cap in [None, Some(24)] {
+        let dir = scratch_dir();
+        let path = dir.path().join("db.larch");
+        let db = Db::open(&path, options(cap)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut snapshots = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    let rx = db.begin_read().unwrap();
+                    whole_writers(
+                        &rx,
+                        WRITERS,
+                        &format!("cap {cap:?}, snapshot {}", rx.txid()),
+                    );
+                    snapshots += 1;
+                }
+                snapshots
+            })
+        };
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    for n in 1..=COMMITS {
+                        let mut tx = db.begin_write().unwrap();
+                        // Writer 0 commits Async and syncs every fifth; the others Sync.
+                        tx.set_durability(if w == 0 {
+                            Durability::Async
+                        } else {
+                            Durability::Sync
+                        });
+                        {
+                            let mut t = tx.open_tree("w").unwrap();
+                            t.insert(format!("{w}-{n:05}").as_bytes(), &[w as u8; 150])
+                                .unwrap();
+                            t.insert(format!("{w}-last").as_bytes(), &n.to_le_bytes())
+                                .unwrap();
+                            // A hot key per writer, rewritten: pages freed every commit.
+                            t.insert(format!("hot{w}").as_bytes(), &[n as u8; 700])
+                                .unwrap();
+                        }
+                        tx.commit().unwrap();
+                        if w == 0 && n % 5 == 0 {
+                            db.sync().unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Release);
+        let snapshots = reader.join().unwrap();
+        db.sync().unwrap();
+        db.wait_for_compaction().unwrap();
+        let switched = db.compactions();
+        eprintln!("cap {cap:?}: {switched} switches, {snapshots} snapshots read");
+        assert!(switched >= 1, "cap {cap:?}: no compaction switched");
+        db.check()
+            .unwrap_or_else(|e| panic!("cap {cap:?}: check of the handle: {e}"));
+        let rx = db.begin_read().unwrap();
+        assert_eq!(
+            whole_writers(&rx, WRITERS, &format!("cap {cap:?}, the end")),
+            vec![COMMITS; WRITERS as usize]
+        );
+        drop(rx);
+        drop(db);
+        let db = Db::open(&path, reopen_options(cap)).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("cap {cap:?}: check after reopen: {e}"));
+        let rx = db.begin_read().unwrap();
+        assert_eq!(
+            whole_writers(&rx, WRITERS, &format!("cap {cap:?}, reopened")),
+            vec![COMMITS; WRITERS as usize],
+            "cap {cap:?}: a commit acknowledged before close is gone after reopen"
+        );
+    }
+}
+
+/// Each writer's last commit in a snapshot of the tree "w", after checking that the writer's
+/// keys are exactly those of its commits 1..=last and its hot key is its last commit's.
+fn whole_writers(rx: &larch::ReadTx, writers: u64, ctx: &str) -> Vec<u64> {
+    let t = match rx.open_tree("w") {
+        Ok(t) => t,
+        Err(larch::Error::TreeNotFound(_)) => return vec![0; writers as usize],
+        Err(e) => panic!("{ctx}: {e}"),
+    };
+    (0..writers)
+        .map(|w| {
+            let last = t
+                .get(format!("{w}-last").as_bytes())
+                .unwrap()
+                .map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()));
+            let lo = format!("{w}-0").into_bytes();
+            let hi = format!("{w}-9").into_bytes();
+            let keys: Vec<Vec<u8>> = t
+                .range(&lo[..]..&hi[..])
+                .unwrap()
+                .map(|e| e.map(|(k, _)| k.to_vec()))
+                .collect::<Result<_, _>>()
+                .unwrap_or_else(|e| panic!("{ctx}: scan: {e}"));
+            let want: Vec<Vec<u8>> = (1..=last)
+                .map(|n| format!("{w}-{n:05}").into_bytes())
+                .collect();
+            assert!(
+                keys == want,
+                "{ctx}: writer {w} has {} keys, its counter {last}",
+                keys.len()
+            );
+            if last > 0 {
+                assert_eq!(
+                    t.get(format!("hot{w}").as_bytes()).unwrap(),
+                    Some(&[last as u8; 700][..]),
+                    "{ctx}: writer {w}'s hot key"
+                );
+            }
+            last
+        })
+        .collect()
+}
