@@ -378,8 +378,13 @@ fn child() {
         "overwrite" => {
             // Open read-write; on "go" (or at once with LARCH_MP_NOW) overwrite every value of
             // tree "t" (keys 0..LARCH_MP_KEYS, default 200) with LARCH_MP_BYTE under
-            // LARCH_MP_DUR, then wait to be killed.
-            let db = Db::open(&path, Options::default()).unwrap();
+            // LARCH_MP_DUR, then wait to be killed. LARCH_MP_CAP: at most that many free-map
+            // bits carried past a commit.
+            let opts = match std::env::var("LARCH_MP_CAP") {
+                Ok(bits) => Options::default().carried_max_bits(bits.parse().unwrap()),
+                Err(_) => Options::default(),
+            };
+            let db = Db::open(&path, opts).unwrap();
             let byte = env_u64("LARCH_MP_BYTE", b'x' as u64) as u8;
             let keys = env_u64("LARCH_MP_KEYS", 200) as u32;
             println!("ready");
@@ -1122,16 +1127,28 @@ fn rewind_lock_file(path: &Path, txid: u64) {
 /// to name `published`, the commit before, as a kill between the meta write and the
 /// publication leaves it.
 fn writer_killed_before_publishing(path: &Path, byte: u8, keys: u32, published: u64) {
-    let mut b = spawn(
-        "overwrite",
-        path,
-        &[
-            ("LARCH_MP_BYTE", (byte as u64).to_string()),
-            ("LARCH_MP_DUR", "nometasync".into()),
-            ("LARCH_MP_NOW", "1".into()),
-            ("LARCH_MP_KEYS", keys.to_string()),
-        ],
-    );
+    writer_with_cap_killed_before_publishing(path, byte, keys, published, None);
+}
+
+/// [`writer_killed_before_publishing`], the writer carrying at most `cap` free-map bits past a
+/// commit.
+fn writer_with_cap_killed_before_publishing(
+    path: &Path,
+    byte: u8,
+    keys: u32,
+    published: u64,
+    cap: Option<usize>,
+) {
+    let mut env = vec![
+        ("LARCH_MP_BYTE", (byte as u64).to_string()),
+        ("LARCH_MP_DUR", "nometasync".into()),
+        ("LARCH_MP_NOW", "1".into()),
+        ("LARCH_MP_KEYS", keys.to_string()),
+    ];
+    if let Some(bits) = cap {
+        env.push(("LARCH_MP_CAP", bits.to_string()));
+    }
+    let mut b = spawn("overwrite", path, &env);
     b.expect("committed");
     b.kill();
     rewind_lock_file(path, published);
@@ -1613,5 +1630,75 @@ fn a_process_holding_snapshots_of_a_behind_file_outlives_its_writer_closing_or_k
                 "{ctx}: the second process's commits did not survive its close"
             );
         }
+    }
+}
+
+/// A process holds a snapshot while a writer process overwrites every key it reads (one
+/// NoMetaSync commit whose meta leaves the free map behind, or under a low cap saves it) and
+/// is killed before publishing it. The holder's next write transaction builds on that meta
+/// (docs/format.md, "Several processes"): the walk finds the snapshot's pages free, and they
+/// must wait for the snapshot, through the holder's own commits that free more of them.
+#[test]
+fn a_snapshot_held_across_a_writer_killed_before_publishing_a_behind_meta_stays_whole() {
+    for cap in [None, Some(8)] {
+        let (_dir, path) = scratch("held-unpublished");
+        let opts = cap.map_or(Options::default(), |c| {
+            Options::default().carried_max_bits(c)
+        });
+        let db = Db::open(&path, opts).unwrap();
+        for round in 0..4u8 {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in 0..200u32 {
+                    t.insert(&i.to_be_bytes(), &[b'a' + round; 500]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        let held = db.begin_read().unwrap();
+        let read = |rx: &larch::ReadTx| -> Vec<Vec<u8>> {
+            let t = rx.open_tree("t").unwrap();
+            t.iter().unwrap().map(|e| e.unwrap().1.to_vec()).collect()
+        };
+        let seen = read(&held);
+        let t0 = held.txid();
+        writer_with_cap_killed_before_publishing(&path, b'z', 200, t0, cap);
+        let mut model: Vec<Vec<u8>> = vec![vec![b'z'; 500]; 200];
+        for round in 0..12u32 {
+            let mut tx = db.begin_write().unwrap();
+            tx.set_durability(
+                [Durability::Sync, Durability::NoMetaSync, Durability::Async][round as usize % 3],
+            );
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                if round == 0 {
+                    assert_eq!(
+                        t.get(&7u32.to_be_bytes()).unwrap(),
+                        Some(&[b'z'; 500][..]),
+                        "cap {cap:?}: the writer after the dead one built on its own state"
+                    );
+                }
+                for i in (round % 4..200).step_by(4) {
+                    let v = vec![b'0' + round as u8; 300 + round as usize];
+                    t.insert(&i.to_be_bytes(), &v).unwrap();
+                    model[i as usize] = v;
+                }
+            }
+            tx.commit().unwrap();
+            assert!(
+                read(&held) == seen,
+                "cap {cap:?}: the snapshot of commit {t0} changed after commit {round}"
+            );
+        }
+        db.check()
+            .unwrap_or_else(|e| panic!("cap {cap:?}: check: {e}"));
+        drop(held);
+        drop(db);
+        let db = Db::open(&path, opts).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("cap {cap:?}: check after reopen: {e}"));
+        let rx = db.begin_read().unwrap();
+        assert!(read(&rx) == model, "cap {cap:?}: contents after reopen");
     }
 }
