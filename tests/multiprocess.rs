@@ -324,7 +324,12 @@ fn child() {
             std::thread::sleep(Duration::from_secs(120));
         }
         "alternate" => {
-            let db = Db::open(&path, Options::default().durability(dur)).unwrap();
+            // LARCH_MP_CAP: at most that many free-map bits carried past a commit.
+            let opts = match std::env::var("LARCH_MP_CAP") {
+                Ok(bits) => Options::default().carried_max_bits(bits.parse().unwrap()),
+                Err(_) => Options::default(),
+            };
+            let db = Db::open(&path, opts.durability(dur)).unwrap();
             let id = env_u64("LARCH_MP_ID", 0);
             println!("ready");
             for i in 0..env_u64("LARCH_MP_N", 100) {
@@ -649,21 +654,38 @@ fn a_writer_process_killed_inside_its_transaction_releases_the_lock_and_its_page
 
 #[test]
 fn two_writer_processes_alternate_under_every_durability() {
+    two_writer_processes_alternate_with(None);
+}
+
+/// The same with commits that save the free map every commit or two: each process's rebuild
+/// after the other's commits meets metas of both kinds (docs/format.md, "A free map behind
+/// its meta").
+#[test]
+fn two_writer_processes_alternate_under_every_durability_saving_the_free_map_every_few() {
+    two_writer_processes_alternate_with(Some(8));
+}
+
+/// Two processes incrementing one counter in turn; with `cap`, at most that many free-map bits
+/// carried past a commit.
+fn two_writer_processes_alternate_with(cap: Option<usize>) {
+    let opts = cap.map_or(Options::default(), |c| {
+        Options::default().carried_max_bits(c)
+    });
     for dur in ["sync", "nometasync", "async"] {
         let (_dir, path) = scratch(&format!("alternate-{dur}"));
-        drop(Db::open(&path, Options::default()).unwrap());
+        drop(Db::open(&path, opts).unwrap());
         let n = 150 * rounds();
         let mut kids: Vec<Kid> = (0..2)
             .map(|id| {
-                spawn(
-                    "alternate",
-                    &path,
-                    &[
-                        ("LARCH_MP_ID", id.to_string()),
-                        ("LARCH_MP_N", n.to_string()),
-                        ("LARCH_MP_DUR", dur.to_string()),
-                    ],
-                )
+                let mut env = vec![
+                    ("LARCH_MP_ID", id.to_string()),
+                    ("LARCH_MP_N", n.to_string()),
+                    ("LARCH_MP_DUR", dur.to_string()),
+                ];
+                if let Some(bits) = cap {
+                    env.push(("LARCH_MP_CAP", bits.to_string()));
+                }
+                spawn("alternate", &path, &env)
             })
             .collect();
         for k in &mut kids {
@@ -673,16 +695,20 @@ fn two_writer_processes_alternate_under_every_durability() {
             k.expect("done");
             k.wait_ok();
         }
-        let db = Db::open(&path, Options::default()).unwrap();
+        let db = Db::open(&path, opts).unwrap();
         db.check().unwrap();
         let rx = db.begin_read().unwrap();
         let t = rx.open_tree("t").unwrap();
         let counter = u64::from_le_bytes(t.get(b"counter").unwrap().unwrap().try_into().unwrap());
-        assert_eq!(counter, 2 * n, "{dur}: increments were lost");
+        assert_eq!(counter, 2 * n, "{dur}, cap {cap:?}: increments were lost");
         for id in 0..2 {
             for i in 0..n {
                 let v = t.get(format!("w{id}-{i:05}").as_bytes()).unwrap();
-                assert_eq!(v, Some(&vec![id as u8; 700][..]), "{dur}: w{id}-{i}");
+                assert_eq!(
+                    v,
+                    Some(&vec![id as u8; 700][..]),
+                    "{dur}, cap {cap:?}: w{id}-{i}"
+                );
             }
         }
     }
