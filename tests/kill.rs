@@ -71,13 +71,14 @@ fn mode_from(s: &str) -> WriteMode {
         | "saving"
         | "compact-saving"
         | "nometasync-saving"
+        | "compact-nometasync"
         | "compact-nometasync-saving" => WriteMode::Pwrite,
-        "hybrid" | "hybrid-saving" | "compact-async-saving" => WriteMode::Hybrid,
+        "hybrid" | "hybrid-saving" | "compact-async" | "compact-async-saving" => WriteMode::Hybrid,
         other => {
             panic!(
                 "LARCH_KILL_MODE={other}: expected pwrite, mmap, mmap-async, hybrid, compact, \
-                 saving, compact-saving, nometasync-saving, hybrid-saving, \
-                 compact-async-saving or compact-nometasync-saving"
+                 saving, compact-saving, nometasync-saving, hybrid-saving, compact-async, \
+                 compact-async-saving, compact-nometasync or compact-nometasync-saving"
             )
         }
     }
@@ -87,10 +88,14 @@ fn mode_from(s: &str) -> WriteMode {
 /// commits (through the map) then a Sync one, or in the NoMetaSync modes NoMetaSync.
 fn durability_of(mode: &str, n: u64) -> Durability {
     match mode {
-        "hybrid" | "mmap-async" | "hybrid-saving" | "compact-async-saving" if n % 4 != 0 => {
+        "hybrid" | "mmap-async" | "hybrid-saving" | "compact-async" | "compact-async-saving"
+            if n % 4 != 0 =>
+        {
             Durability::Async
         }
-        "nometasync-saving" | "compact-nometasync-saving" => Durability::NoMetaSync,
+        "nometasync-saving" | "compact-nometasync" | "compact-nometasync-saving" => {
+            Durability::NoMetaSync
+        }
         _ => Durability::Sync,
     }
 }
@@ -109,7 +114,8 @@ fn survives_a_kill(d: Durability) -> bool {
 /// small files behind), so that a commit saves the free map every few commits and kills land
 /// on both kinds (docs/format.md, "A free map behind its meta"); `nometasync-saving`,
 /// `hybrid-saving`, `compact-async-saving` and `compact-nometasync-saving` do so under the
-/// other durabilities.
+/// other durabilities, and `compact-async` and `compact-nometasync` compact under them at the
+/// default cap.
 fn child_options(mode: &str) -> Options {
     let opts = Options::default()
         .durability(Durability::Sync)
@@ -456,4 +462,14 @@ fn sigkill_during_background_compaction_of_async_commits_with_free_map_saves_kee
 fn sigkill_during_background_compaction_of_nometasync_commits_with_free_map_saves_keeps_every_acknowledged_commit(
 ) {
     kill_compactions_repeatedly("compact-nometasync-saving");
+}
+
+#[test]
+fn sigkill_during_background_compaction_of_async_commits_keeps_every_durable_commit() {
+    kill_compactions_repeatedly("compact-async");
+}
+
+#[test]
+fn sigkill_during_background_compaction_of_nometasync_commits_keeps_every_acknowledged_commit() {
+    kill_compactions_repeatedly("compact-nometasync");
 }
