@@ -85,6 +85,20 @@ fn run_via(
     via_link: bool,
     fault: Option<(usize, bool)>,
 ) -> Trace {
+    run_with(mode, commits, seed, via_link, fault, Durability::Sync)
+}
+
+/// [`run_via`] whose commits that are not Async ask for `durable`: Sync, or NoMetaSync (its
+/// meta written and not synced: durable only at the next sync, which a power cut may not
+/// reach, while compactions copy it into files whose catch-up commits are Sync).
+fn run_with(
+    mode: Mode,
+    commits: u64,
+    seed: u64,
+    via_link: bool,
+    fault: Option<(usize, bool)>,
+    durable: Durability,
+) -> Trace {
     let dir = scratch_dir();
     let path = dir.path().join(DB);
     let background = !matches!(mode, Mode::CompactTo);
@@ -136,7 +150,7 @@ fn run_via(
         Err(e) => panic!("open: {e}"),
     };
     if let Some(db) = db {
-        workload(&db, mode, commits, seed, &dir, &fs, &mut trace);
+        workload(&db, mode, commits, seed, durable, &dir, &fs, &mut trace);
         // A compaction still running ends before the trace is taken (and before its
         // directory goes). Under a planned fault it may fail, and the test asserts what it
         // needs of the run itself.
@@ -160,11 +174,13 @@ fn run_via(
 const AFTER_FAULT: u64 = 12;
 
 /// The commits of [`run_via`], recorded into `trace`.
+#[allow(clippy::too_many_arguments)]
 fn workload(
     db: &Db,
     mode: Mode,
     commits: u64,
     seed: u64,
+    durable: Durability,
     dir: &tempfile::TempDir,
     fs: &RecordingFs,
     trace: &mut Trace,
@@ -218,7 +234,7 @@ fn workload(
         let d = if async_now {
             Durability::Async
         } else {
-            Durability::Sync
+            durable
         };
         tx.set_durability(d);
         let committed = tx.commit();
@@ -477,6 +493,66 @@ fn random_cuts_of_background_compaction_racing_commits_keep_every_durable_commit
     }
     assert!(switches >= 1, "no switch happened in any run");
     eprintln!("background (busy): {total} cuts over 3 runs, {switches} switches");
+}
+
+/// The busy runs with NoMetaSync commits in place of the Sync ones (at the default cap and, for
+/// even seeds, a low one): the durable points are the `Db::sync` calls, while compactions
+/// copy behind metas that no sync has made durable and switch to files whose catch-up
+/// commits are Sync. A cut anywhere opens at a whole state from the last durable point on.
+#[test]
+fn random_cuts_of_background_compaction_racing_nometasync_commits_keep_every_durable_commit() {
+    let mut total = 0;
+    let mut switches = 0;
+    for seed in 1..=2u64 {
+        let trace = run_with(
+            Mode::BackgroundBusy,
+            80,
+            seed * 0x2545_f491,
+            false,
+            None,
+            Durability::NoMetaSync,
+        );
+        switches += trace
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::Rename { to, .. } if to == DB))
+            .count();
+        let [saved, behind] = metas_written(&trace, 0);
+        assert!(
+            behind >= 2 && (seed % 2 == 1 || saved >= 2),
+            "seed {seed}: {saved} metas saved the free map, {behind} left it behind"
+        );
+        let dir = scratch_dir();
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut ks: Vec<usize> = trace
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.file().is_none())
+            .flat_map(|(i, _)| [i, i + 1])
+            .collect();
+        for _ in 0..cases() {
+            ks.push(rng.below(trace.ops.len() as u64 + 1) as usize);
+        }
+        for k in ks {
+            for how in [
+                Image::DurableOnly,
+                Image::Everything,
+                Image::Random(rng.next()),
+            ] {
+                verify_cut(
+                    &trace,
+                    k,
+                    how,
+                    dir.path(),
+                    &format!("background, busy, NoMetaSync {seed}"),
+                );
+                total += 1;
+            }
+        }
+    }
+    assert!(switches >= 1, "no switch happened in any run");
+    eprintln!("background (busy, NoMetaSync): {total} cuts over 2 runs, {switches} switches");
 }
 
 /// Metas written to file `file` of the trace (its number in the log) after its creation:

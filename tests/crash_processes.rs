@@ -25,8 +25,9 @@
 //! make the file's newest commit an older one (there is no power cut in the run itself). A
 //! process left alone compacts in the background (a compaction threshold), and its switch must
 //! copy what a dead writer left unpublished. `LARCH_CRASH_CASES` sets the number of random
-//! scripts (default 10); the deaths reached are counted, and from 10 scripts on each kind
-//! must come up.
+//! scripts (default 10), `LARCH_CRASH_FIRST_SEED` the first one's seed (default 0: a long run
+//! can go on past the seeds an earlier one covered); the deaths reached are counted, and from
+//! 10 scripts on each kind must come up.
 
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
@@ -1188,8 +1189,13 @@ fn every_cut_of_processes_taking_turns_and_dying_opens_at_a_durable_whole_state(
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
+    // LARCH_CRASH_FIRST_SEED: start past the seeds earlier runs covered.
+    let first: u64 = std::env::var("LARCH_CRASH_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let mut total = Counts::default();
-    for seed in 0..cases {
+    for seed in first..first + cases {
         let label = format!("seed {seed}");
         let trace = run(&label, seed * 7 + 1, 60);
         let cuts = verify(&trace, &label, seed);

@@ -7,7 +7,9 @@
 //! (their pages stored through the writable map: `Storage::write_deferred`), the fourth Sync.
 //! An Async commit writes no meta, so a kill may lose the Async commits since the last
 //! durable one: the file must hold exactly the state after some commit between the last
-//! acknowledged Sync commit and the one in flight.
+//! acknowledged Sync commit and the one in flight. The NoMetaSync modes expect every
+//! acknowledged commit: a kill keeps what the process wrote, and a NoMetaSync commit writes
+//! its meta before it returns (only a power cut may lose it).
 //!
 //! The child is this test binary itself, re-executed to run the ignored test
 //! `child_commit_loop`, which does nothing unless `LARCH_KILL_CHILD` names a database.
@@ -64,24 +66,45 @@ fn state(n: u64) -> Tree {
 fn mode_from(s: &str) -> WriteMode {
     match s {
         "mmap" | "mmap-async" => WriteMode::Mmap,
-        "pwrite" | "compact" | "saving" | "compact-saving" => WriteMode::Pwrite,
-        "hybrid" => WriteMode::Hybrid,
+        "pwrite"
+        | "compact"
+        | "saving"
+        | "compact-saving"
+        | "nometasync-saving"
+        | "compact-nometasync"
+        | "compact-nometasync-saving" => WriteMode::Pwrite,
+        "hybrid" | "hybrid-saving" | "compact-async" | "compact-async-saving" => WriteMode::Hybrid,
         other => {
             panic!(
                 "LARCH_KILL_MODE={other}: expected pwrite, mmap, mmap-async, hybrid, compact, \
-                 saving or compact-saving"
+                 saving, compact-saving, nometasync-saving, hybrid-saving, compact-async, \
+                 compact-async-saving, compact-nometasync or compact-nometasync-saving"
             )
         }
     }
 }
 
 /// The durability commit `n` asks for in `mode`: Sync, or in the mixed modes three Async
-/// commits (through the map) then a Sync one.
+/// commits (through the map) then a Sync one, or in the NoMetaSync modes NoMetaSync.
 fn durability_of(mode: &str, n: u64) -> Durability {
     match mode {
-        "hybrid" | "mmap-async" if n % 4 != 0 => Durability::Async,
+        "hybrid" | "mmap-async" | "hybrid-saving" | "compact-async" | "compact-async-saving"
+            if n % 4 != 0 =>
+        {
+            Durability::Async
+        }
+        "nometasync-saving" | "compact-nometasync" | "compact-nometasync-saving" => {
+            Durability::NoMetaSync
+        }
         _ => Durability::Sync,
     }
+}
+
+/// Whether a commit of durability `d` survives a SIGKILL once it is acknowledged: a kill
+/// keeps what the process wrote (it is in the page cache), so every commit whose meta is
+/// written before `commit` returns does, NoMetaSync ones included; an Async one writes none.
+fn survives_a_kill(d: Durability) -> bool {
+    d != Durability::Async
 }
 
 /// How the child opens the file. `compact`: the Null policy piles up dead pages so that a
@@ -89,7 +112,10 @@ fn durability_of(mode: &str, n: u64) -> Durability {
 /// kills land in the middle of them. `saving` and `compact-saving`: the same with at most 8
 /// free-map bits carried past a commit (65,536 by default, which leaves every meta of these
 /// small files behind), so that a commit saves the free map every few commits and kills land
-/// on both kinds (docs/format.md, "A free map behind its meta").
+/// on both kinds (docs/format.md, "A free map behind its meta"); `nometasync-saving`,
+/// `hybrid-saving`, `compact-async-saving` and `compact-nometasync-saving` do so under the
+/// other durabilities, and `compact-async` and `compact-nometasync` compact under them at the
+/// default cap.
 fn child_options(mode: &str) -> Options {
     let opts = Options::default()
         .durability(Durability::Sync)
@@ -100,7 +126,7 @@ fn child_options(mode: &str) -> Options {
         opts
     };
     match mode {
-        "compact" | "compact-saving" => opts
+        _ if mode.starts_with("compact") => opts
             .policy(Policy::Null)
             .compaction_threshold(Some(0.2))
             .compaction_min_bytes(0),
@@ -165,7 +191,7 @@ fn ack_of(line: &str) -> Option<u64> {
 }
 
 /// Start a child on `path`, let it acknowledge `acks` commits, wait `delay`, SIGKILL it.
-/// Returns the last commit it acknowledged and the last of those that asked for Sync (0 if
+/// Returns the last commit it acknowledged and the last of those that survive a kill (0 if
 /// none did: then the commits the file held before are the durable ones).
 fn commit_and_kill(path: &Path, mode: &str, acks: u64, delay: Duration, ctx: &str) -> (u64, u64) {
     let mut child = Command::new(std::env::current_exe().unwrap())
@@ -200,7 +226,7 @@ fn commit_and_kill(path: &Path, mode: &str, acks: u64, delay: Duration, ctx: &st
                 "{ctx}: ack {n} after {last:?}"
             );
             last = Some(n);
-            if durability_of(mode, n) == Durability::Sync {
+            if survives_a_kill(durability_of(mode, n)) {
                 durable = n;
             }
             seen += 1;
@@ -214,7 +240,7 @@ fn commit_and_kill(path: &Path, mode: &str, acks: u64, delay: Duration, ctx: &st
         let Ok(line) = line else { break };
         if let Some(n) = ack_of(&line) {
             last = Some(n);
-            if durability_of(mode, n) == Durability::Sync {
+            if survives_a_kill(durability_of(mode, n)) {
                 durable = n;
             }
         }
@@ -263,9 +289,9 @@ fn sigkill(pid: u32) -> i32 {
 }
 
 /// Reopen after a kill: check, and require the state after a commit from `durable` (the
-/// last acknowledged Sync commit, or what the file held before the child: nothing newer can
-/// be lost) to `acked + 1` (the one in flight), whole. Under Sync commits alone `durable` is
-/// `acked`.
+/// last acknowledged commit that survives a kill, or what the file held before the child:
+/// nothing newer can be lost) to `acked + 1` (the one in flight), whole. Without Async commits
+/// `durable` is `acked`.
 fn verify(path: &Path, mode: WriteMode, durable: u64, acked: u64, ctx: &str) -> u64 {
     let db = Db::open(path, Options::default().create(false).write_mode(mode))
         .unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
@@ -413,4 +439,37 @@ fn sigkill_during_sync_commits_that_save_the_free_map_every_few_keeps_every_ackn
 #[test]
 fn sigkill_during_background_compaction_with_free_map_saves_keeps_every_acknowledged_commit() {
     kill_compactions_repeatedly("compact-saving");
+}
+
+#[test]
+fn sigkill_during_nometasync_commits_that_save_the_free_map_every_few_keeps_every_acknowledged_commit(
+) {
+    kill_repeatedly("nometasync-saving");
+}
+
+#[test]
+fn sigkill_during_async_commits_that_save_the_free_map_every_few_keeps_every_durable_commit() {
+    kill_repeatedly("hybrid-saving");
+}
+
+#[test]
+fn sigkill_during_background_compaction_of_async_commits_with_free_map_saves_keeps_every_durable_commit(
+) {
+    kill_compactions_repeatedly("compact-async-saving");
+}
+
+#[test]
+fn sigkill_during_background_compaction_of_nometasync_commits_with_free_map_saves_keeps_every_acknowledged_commit(
+) {
+    kill_compactions_repeatedly("compact-nometasync-saving");
+}
+
+#[test]
+fn sigkill_during_background_compaction_of_async_commits_keeps_every_durable_commit() {
+    kill_compactions_repeatedly("compact-async");
+}
+
+#[test]
+fn sigkill_during_background_compaction_of_nometasync_commits_keeps_every_acknowledged_commit() {
+    kill_compactions_repeatedly("compact-nometasync");
 }

@@ -447,26 +447,38 @@ fn switch_releases_the_writer_lock_async_commits_kept_with(saving: bool) {
 
 /// Close makes every commit durable, NoMetaSync ones included (README, "Durability"), also
 /// when another process holds the writer lock at that moment: it cannot write a meta then,
-/// but its commits all have theirs on disk, and an fdatasync makes them durable.
+/// but its commits all have theirs on disk, and an fdatasync makes them durable. At the
+/// default cap and with commits that save the free map every commit or two; the file then
+/// reopens clean with every commit.
 #[test]
 fn close_syncs_nometasync_commits_while_another_process_holds_the_writer_lock() {
+    for opts in both_free_map_caps() {
+        close_syncs_nometasync_commits_with(opts);
+    }
+}
+
+fn close_syncs_nometasync_commits_with(opts: Options) {
     use larch_testkit::recording::{IoLog, IoOp, Recording};
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
-    drop(Db::open(&path, Options::default()).unwrap());
+    drop(Db::open(&path, opts).unwrap());
     let log: IoLog = Default::default();
     let db = Db::open_with_storage_as_process(
         &path,
         |_| Box::new(Recording::new(open_rw(&path), &log)),
-        Options::default(),
+        opts,
     )
     .unwrap();
     let other = Db::open_with_storage_as_process(
         &path,
         |_| Box::new(FileStorage::new(open_rw(&path), WriteMode::Pwrite)),
-        Options::default(),
+        opts,
     )
     .unwrap();
+    // A few commits first: under the low cap some of them save the free map.
+    for i in 0..6u8 {
+        put(&db, &[b'a', i], &[i; 300], Durability::NoMetaSync);
+    }
     put(&db, b"k", b"v", Durability::NoMetaSync);
     assert!(matches!(
         log.lock().unwrap().last(),
@@ -479,4 +491,11 @@ fn close_syncs_nometasync_commits_while_another_process_holds_the_writer_lock() 
         "close returned with a NoMetaSync commit's meta not synced"
     );
     drop(tx);
+    drop(other);
+    let db = Db::open(&path, opts).unwrap();
+    db.check().unwrap();
+    assert_eq!(get(&db, b"k").as_deref(), Some(&b"v"[..]));
+    for i in 0..6u8 {
+        assert_eq!(get(&db, &[b'a', i]), Some(vec![i; 300]));
+    }
 }

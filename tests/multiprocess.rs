@@ -324,7 +324,12 @@ fn child() {
             std::thread::sleep(Duration::from_secs(120));
         }
         "alternate" => {
-            let db = Db::open(&path, Options::default().durability(dur)).unwrap();
+            // LARCH_MP_CAP: at most that many free-map bits carried past a commit.
+            let opts = match std::env::var("LARCH_MP_CAP") {
+                Ok(bits) => Options::default().carried_max_bits(bits.parse().unwrap()),
+                Err(_) => Options::default(),
+            };
+            let db = Db::open(&path, opts.durability(dur)).unwrap();
             let id = env_u64("LARCH_MP_ID", 0);
             println!("ready");
             for i in 0..env_u64("LARCH_MP_N", 100) {
@@ -378,8 +383,13 @@ fn child() {
         "overwrite" => {
             // Open read-write; on "go" (or at once with LARCH_MP_NOW) overwrite every value of
             // tree "t" (keys 0..LARCH_MP_KEYS, default 200) with LARCH_MP_BYTE under
-            // LARCH_MP_DUR, then wait to be killed.
-            let db = Db::open(&path, Options::default()).unwrap();
+            // LARCH_MP_DUR, then wait to be killed. LARCH_MP_CAP: at most that many free-map
+            // bits carried past a commit.
+            let opts = match std::env::var("LARCH_MP_CAP") {
+                Ok(bits) => Options::default().carried_max_bits(bits.parse().unwrap()),
+                Err(_) => Options::default(),
+            };
+            let db = Db::open(&path, opts).unwrap();
             let byte = env_u64("LARCH_MP_BYTE", b'x' as u64) as u8;
             let keys = env_u64("LARCH_MP_KEYS", 200) as u32;
             println!("ready");
@@ -398,6 +408,35 @@ fn child() {
             tx.commit().unwrap();
             println!("committed");
             std::thread::sleep(Duration::from_secs(120));
+        }
+        "behind_writer" => {
+            // Commits 1, 2, ... of `behind_commit` until told to stop (a line on stdin),
+            // printing `ack <n>` after each, and every 150 compacts the file in place (its
+            // rounds save the free map); with LARCH_MP_CAP carrying at most that many free-map
+            // bits past a commit. Then closes and prints `closed <n>`.
+            let opts = match std::env::var("LARCH_MP_CAP") {
+                Ok(bits) => Options::default().carried_max_bits(bits.parse().unwrap()),
+                Err(_) => Options::default(),
+            };
+            let db = Db::open(&path, opts).unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let s = stop.clone();
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let _ = std::io::stdin().read_line(&mut line);
+                s.store(true, std::sync::atomic::Ordering::Release);
+            });
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                n += 1;
+                behind_commit(&db, n);
+                if n % 150 == 0 {
+                    db.compact().unwrap();
+                }
+                println!("ack {n}");
+            }
+            drop(db);
+            println!("closed {n}");
         }
         "two_commits" => {
             // Commit k = "old"; on a line from stdin commit k = "new"; wait to be killed (no
@@ -615,21 +654,38 @@ fn a_writer_process_killed_inside_its_transaction_releases_the_lock_and_its_page
 
 #[test]
 fn two_writer_processes_alternate_under_every_durability() {
+    two_writer_processes_alternate_with(None);
+}
+
+/// The same with commits that save the free map every commit or two: each process's rebuild
+/// after the other's commits meets metas of both kinds (docs/format.md, "A free map behind
+/// its meta").
+#[test]
+fn two_writer_processes_alternate_under_every_durability_saving_the_free_map_every_few() {
+    two_writer_processes_alternate_with(Some(8));
+}
+
+/// Two processes incrementing one counter in turn; with `cap`, at most that many free-map bits
+/// carried past a commit.
+fn two_writer_processes_alternate_with(cap: Option<usize>) {
+    let opts = cap.map_or(Options::default(), |c| {
+        Options::default().carried_max_bits(c)
+    });
     for dur in ["sync", "nometasync", "async"] {
         let (_dir, path) = scratch(&format!("alternate-{dur}"));
-        drop(Db::open(&path, Options::default()).unwrap());
+        drop(Db::open(&path, opts).unwrap());
         let n = 150 * rounds();
         let mut kids: Vec<Kid> = (0..2)
             .map(|id| {
-                spawn(
-                    "alternate",
-                    &path,
-                    &[
-                        ("LARCH_MP_ID", id.to_string()),
-                        ("LARCH_MP_N", n.to_string()),
-                        ("LARCH_MP_DUR", dur.to_string()),
-                    ],
-                )
+                let mut env = vec![
+                    ("LARCH_MP_ID", id.to_string()),
+                    ("LARCH_MP_N", n.to_string()),
+                    ("LARCH_MP_DUR", dur.to_string()),
+                ];
+                if let Some(bits) = cap {
+                    env.push(("LARCH_MP_CAP", bits.to_string()));
+                }
+                spawn("alternate", &path, &env)
             })
             .collect();
         for k in &mut kids {
@@ -639,16 +695,20 @@ fn two_writer_processes_alternate_under_every_durability() {
             k.expect("done");
             k.wait_ok();
         }
-        let db = Db::open(&path, Options::default()).unwrap();
+        let db = Db::open(&path, opts).unwrap();
         db.check().unwrap();
         let rx = db.begin_read().unwrap();
         let t = rx.open_tree("t").unwrap();
         let counter = u64::from_le_bytes(t.get(b"counter").unwrap().unwrap().try_into().unwrap());
-        assert_eq!(counter, 2 * n, "{dur}: increments were lost");
+        assert_eq!(counter, 2 * n, "{dur}, cap {cap:?}: increments were lost");
         for id in 0..2 {
             for i in 0..n {
                 let v = t.get(format!("w{id}-{i:05}").as_bytes()).unwrap();
-                assert_eq!(v, Some(&vec![id as u8; 700][..]), "{dur}: w{id}-{i}");
+                assert_eq!(
+                    v,
+                    Some(&vec![id as u8; 700][..]),
+                    "{dur}, cap {cap:?}: w{id}-{i}"
+                );
             }
         }
     }
@@ -1093,16 +1153,28 @@ fn rewind_lock_file(path: &Path, txid: u64) {
 /// to name `published`, the commit before, as a kill between the meta write and the
 /// publication leaves it.
 fn writer_killed_before_publishing(path: &Path, byte: u8, keys: u32, published: u64) {
-    let mut b = spawn(
-        "overwrite",
-        path,
-        &[
-            ("LARCH_MP_BYTE", (byte as u64).to_string()),
-            ("LARCH_MP_DUR", "nometasync".into()),
-            ("LARCH_MP_NOW", "1".into()),
-            ("LARCH_MP_KEYS", keys.to_string()),
-        ],
-    );
+    writer_with_cap_killed_before_publishing(path, byte, keys, published, None);
+}
+
+/// [`writer_killed_before_publishing`], the writer carrying at most `cap` free-map bits past a
+/// commit.
+fn writer_with_cap_killed_before_publishing(
+    path: &Path,
+    byte: u8,
+    keys: u32,
+    published: u64,
+    cap: Option<usize>,
+) {
+    let mut env = vec![
+        ("LARCH_MP_BYTE", (byte as u64).to_string()),
+        ("LARCH_MP_DUR", "nometasync".into()),
+        ("LARCH_MP_NOW", "1".into()),
+        ("LARCH_MP_KEYS", keys.to_string()),
+    ];
+    if let Some(bits) = cap {
+        env.push(("LARCH_MP_CAP", bits.to_string()));
+    }
+    let mut b = spawn("overwrite", path, &env);
     b.expect("committed");
     b.kill();
     rewind_lock_file(path, published);
@@ -1349,4 +1421,310 @@ fn two_processes_opening_one_file_through_two_hard_links_never_write_at_once() {
         assert!(line.starts_with("refused"), "{line}");
     }
     kid.kill();
+}
+
+/// The durability of commit `n` of `behind_commit`: Sync, NoMetaSync and Async in turn.
+fn behind_durability(n: u64) -> Durability {
+    [Durability::Sync, Durability::NoMetaSync, Durability::Async][(n % 3) as usize]
+}
+
+/// What commit `n` of `behind_commit` writes into tree "t" besides `last`: key `n`, a hot key
+/// overwritten every 40 commits (its old leaves freed), and every third commit the removal of
+/// key `n / 2`.
+fn behind_edits(n: u64) -> (Vec<u8>, Vec<u8>, Vec<u8>, Option<Vec<u8>>) {
+    let v = vec![n as u8; 30 + (n as usize * 37) % 250];
+    let hot = format!("hot{:02}", n % 40).into_bytes();
+    let gone = (n % 3 == 0 && n > 4).then(|| format!("n{:06}", n / 2).into_bytes());
+    (format!("n{n:06}").into_bytes(), v, hot, gone)
+}
+
+/// Commit `n` (in `behind_durability(n)`) on top of commit `n - 1`.
+fn behind_commit(db: &Db, n: u64) {
+    let mut tx = db.begin_write().unwrap();
+    tx.set_durability(behind_durability(n));
+    behind_write(&tx, n);
+    tx.commit().unwrap();
+}
+
+/// Commit `n + 1` on top of commit `n`, the newest the file holds; returns `n + 1`.
+fn behind_commit_next(db: &Db) -> u64 {
+    let mut tx = db.begin_write().unwrap();
+    let n = tx
+        .open_tree("t")
+        .unwrap()
+        .get(b"last")
+        .unwrap()
+        .map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()))
+        + 1;
+    tx.set_durability(behind_durability(n));
+    behind_write(&tx, n);
+    tx.commit().unwrap();
+    n
+}
+
+fn behind_write(tx: &larch::WriteTx, n: u64) {
+    let mut t = tx.open_tree("t").unwrap();
+    let (k, v, hot, gone) = behind_edits(n);
+    t.insert(&k, &v).unwrap();
+    t.insert(&hot, &[n as u8; 400]).unwrap();
+    if let Some(g) = gone {
+        t.remove(&g).unwrap();
+    }
+    t.insert(b"last", &n.to_le_bytes()).unwrap();
+}
+
+/// Tree "t" after commits 1..=n of `behind_commit`.
+fn behind_state(n: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut t = BTreeMap::new();
+    for i in 1..=n {
+        let (k, v, hot, gone) = behind_edits(i);
+        t.insert(k, v);
+        t.insert(hot, vec![i as u8; 400]);
+        if let Some(g) = gone {
+            t.remove(&g);
+        }
+        t.insert(b"last".to_vec(), i.to_le_bytes().to_vec());
+    }
+    t
+}
+
+/// Tree "t" of a snapshot, scanned whole.
+fn scan_t(rx: &larch::ReadTx, ctx: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let t = match rx.open_tree("t") {
+        Ok(t) => t,
+        Err(Error::TreeNotFound(_)) => return BTreeMap::new(),
+        Err(e) => panic!("{ctx}: {e}"),
+    };
+    t.iter()
+        .unwrap()
+        .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{ctx}: scan of snapshot {}: {e}", rx.txid()))
+}
+
+/// The commit a snapshot holds, after checking that tree "t" is exactly the state after it.
+fn behind_snapshot(rx: &larch::ReadTx, ctx: &str) -> u64 {
+    let got = scan_t(rx, ctx);
+    let last = got
+        .get(&b"last"[..])
+        .map_or(0, |v| u64::from_le_bytes(v[..].try_into().unwrap()));
+    assert!(
+        got == behind_state(last),
+        "{ctx}: snapshot {} is not the state after commit {last}",
+        rx.txid()
+    );
+    last
+}
+
+impl Kid {
+    /// The next `ack <n>` the child prints; None once it exited.
+    fn next_ack(&mut self) -> Option<u64> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.out.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if let Some(n) = line.trim().strip_prefix("ack ") {
+                return Some(n.parse().unwrap());
+            }
+        }
+    }
+}
+
+/// Process A writes the file (Sync, NoMetaSync and Async commits, whose metas leave the free
+/// map behind, or under a low cap save it every commit or two, and now and then an in-place
+/// compaction, whose rounds save it) while process B, opened
+/// read-write on the live file, takes snapshots as A goes and holds up to four of them. A
+/// closes or is SIGKILLed; B then writes on from what A left, its snapshots still held. Every
+/// snapshot B takes is a whole commit no older than A's last acknowledged commit with a meta
+/// (published before its ack), every held one reads the same throughout (a page A or B reused
+/// under it would show), B's check of the commit it reads passes while A writes, and the
+/// reopened file checks clean with every commit A made durable
+/// (a kill loses only Async ones) and all of B's.
+#[test]
+fn a_process_holding_snapshots_of_a_behind_file_outlives_its_writer_closing_or_killed() {
+    for cap in [None, Some(8)] {
+        for end in ["close", "kill"] {
+            let ctx = format!("cap {cap:?}, writer's {end}");
+            let (_dir, path) = scratch("behind-live");
+            let opts = cap.map_or(Options::default(), |c| {
+                Options::default().carried_max_bits(c)
+            });
+            drop(Db::open(&path, opts).unwrap());
+            let env: Vec<(&str, String)> = cap
+                .map(|c| ("LARCH_MP_CAP", c.to_string()))
+                .into_iter()
+                .collect();
+            let mut a = spawn("behind_writer", &path, &env);
+            let mut acked = 0;
+            while acked < 20 {
+                acked = a.next_ack().expect("the writer exited");
+            }
+            let b = Db::open(&path, opts).unwrap();
+            let mut rng = Rng(acked | 1);
+            // Snapshots held, each with the commit it holds and what it read then.
+            type Held = (larch::ReadTx, u64, BTreeMap<Vec<u8>, Vec<u8>>);
+            let mut held: Vec<Held> = Vec::new();
+            let still = |held: &[Held], ctx: &str| {
+                for (rx, at, seen) in held {
+                    assert!(
+                        scan_t(rx, ctx) == *seen,
+                        "{ctx}: the snapshot of commit {at} changed under its reader"
+                    );
+                }
+            };
+            // The last acknowledged commit that wrote its meta: published, and kept by a kill.
+            let visible = |acked: u64| (1..=acked).rev().find(|&n| n % 3 != 2).unwrap_or(0);
+            for round in 0..60 {
+                for _ in 0..1 + rng.below(12) {
+                    acked = a.next_ack().expect("the writer exited");
+                }
+                let rx = b.begin_read().unwrap();
+                let at = behind_snapshot(&rx, &format!("{ctx}, round {round}"));
+                assert!(
+                    at >= visible(acked),
+                    "{ctx}, round {round}: a snapshot of commit {at} after commit {} was \
+                     acknowledged",
+                    visible(acked)
+                );
+                if held.len() == 4 {
+                    held.remove(rng.below(4) as usize);
+                }
+                let seen = scan_t(&rx, &ctx);
+                held.push((rx, at, seen));
+                still(&held, &format!("{ctx}, round {round}"));
+                if round % 10 == 9 {
+                    // Checked by the process that does not write, on the commit it reads.
+                    b.check().unwrap_or_else(|e| {
+                        panic!("{ctx}, round {round}: check while the writer commits: {e}")
+                    });
+                }
+            }
+            let durable = if end == "close" {
+                a.say("stop");
+                let closed = a.expect("closed");
+                let n: u64 = closed.split(' ').nth(1).unwrap().parse().unwrap();
+                a.wait_ok();
+                acked = n;
+                n
+            } else {
+                let _ = a.child.kill();
+                while let Some(n) = a.next_ack() {
+                    acked = n;
+                }
+                let _ = a.child.wait();
+                visible(acked)
+            };
+            still(&held, &format!("{ctx}, after the writer's end"));
+            // B writes on from the newest commit the file holds (a killed writer may have
+            // written a meta it did not publish), in every durability.
+            let first = behind_commit_next(&b);
+            let held_by_file = first - 1;
+            if end == "close" {
+                assert_eq!(held_by_file, durable, "{ctx}: not the writer's last commit");
+            } else {
+                assert!(
+                    (durable..=acked + 1).contains(&held_by_file),
+                    "{ctx}: the file held commit {held_by_file}, the writer made {durable} \
+                     durable (against a kill) and acknowledged {acked}"
+                );
+            }
+            let mut last = first;
+            for i in 0..60 {
+                last = behind_commit_next(&b);
+                if i % 20 == 19 {
+                    held.remove(0);
+                }
+                still(&held, &format!("{ctx}, B's commit {last}"));
+            }
+            eprintln!(
+                "{ctx}: the writer acknowledged {acked} commits ({durable} durable), the \
+                 second process wrote {first}..={last}"
+            );
+            b.check()
+                .unwrap_or_else(|e| panic!("{ctx}: check of the second process: {e}"));
+            drop(held);
+            drop(b);
+            let db = Db::open(&path, opts).unwrap();
+            db.check()
+                .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
+            let rx = db.begin_read().unwrap();
+            assert_eq!(
+                behind_snapshot(&rx, &format!("{ctx}, reopened")),
+                last,
+                "{ctx}: the second process's commits did not survive its close"
+            );
+        }
+    }
+}
+
+/// A process holds a snapshot while a writer process overwrites every key it reads (one
+/// NoMetaSync commit whose meta leaves the free map behind, or under a low cap saves it) and
+/// is killed before publishing it. The holder's next write transaction builds on that meta
+/// (docs/format.md, "Several processes"): the walk finds the snapshot's pages free, and they
+/// must wait for the snapshot, through the holder's own commits that free more of them.
+#[test]
+fn a_snapshot_held_across_a_writer_killed_before_publishing_a_behind_meta_stays_whole() {
+    for cap in [None, Some(8)] {
+        let (_dir, path) = scratch("held-unpublished");
+        let opts = cap.map_or(Options::default(), |c| {
+            Options::default().carried_max_bits(c)
+        });
+        let db = Db::open(&path, opts).unwrap();
+        for round in 0..4u8 {
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                for i in 0..200u32 {
+                    t.insert(&i.to_be_bytes(), &[b'a' + round; 500]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        let held = db.begin_read().unwrap();
+        let read = |rx: &larch::ReadTx| -> Vec<Vec<u8>> {
+            let t = rx.open_tree("t").unwrap();
+            t.iter().unwrap().map(|e| e.unwrap().1.to_vec()).collect()
+        };
+        let seen = read(&held);
+        let t0 = held.txid();
+        writer_with_cap_killed_before_publishing(&path, b'z', 200, t0, cap);
+        let mut model: Vec<Vec<u8>> = vec![vec![b'z'; 500]; 200];
+        for round in 0..12u32 {
+            let mut tx = db.begin_write().unwrap();
+            tx.set_durability(
+                [Durability::Sync, Durability::NoMetaSync, Durability::Async][round as usize % 3],
+            );
+            {
+                let mut t = tx.open_tree("t").unwrap();
+                if round == 0 {
+                    assert_eq!(
+                        t.get(&7u32.to_be_bytes()).unwrap(),
+                        Some(&[b'z'; 500][..]),
+                        "cap {cap:?}: the writer after the dead one built on its own state"
+                    );
+                }
+                for i in (round % 4..200).step_by(4) {
+                    let v = vec![b'0' + round as u8; 300 + round as usize];
+                    t.insert(&i.to_be_bytes(), &v).unwrap();
+                    model[i as usize] = v;
+                }
+            }
+            tx.commit().unwrap();
+            assert!(
+                read(&held) == seen,
+                "cap {cap:?}: the snapshot of commit {t0} changed after commit {round}"
+            );
+        }
+        db.check()
+            .unwrap_or_else(|e| panic!("cap {cap:?}: check: {e}"));
+        drop(held);
+        drop(db);
+        let db = Db::open(&path, opts).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("cap {cap:?}: check after reopen: {e}"));
+        let rx = db.begin_read().unwrap();
+        assert!(read(&rx) == model, "cap {cap:?}: contents after reopen");
+    }
 }
