@@ -371,9 +371,13 @@ fn kill_repeatedly(mode: &str) -> u64 {
     );
     if mode.ends_with("saving") && rounds >= 10 {
         // The cap makes a commit save the free map every few commits: kills must find
-        // both kinds of newest meta, or the mode tested one of them only.
+        // both kinds of newest meta, or the mode tested one of them only. Under the Null
+        // policy of the compaction modes nearly every commit changes more bits than the cap
+        // and saves, so there a saved one is what the cap must show (their modes without
+        // it leave every meta behind).
+        let both = !mode.starts_with("compact");
         assert!(
-            newest_saved[0] > 0 && newest_saved[1] > 0,
+            newest_saved[0] > 0 && (newest_saved[1] > 0 || !both),
             "{mode}: newest meta saved the free map after {} kills, behind after {}",
             newest_saved[0],
             newest_saved[1]
