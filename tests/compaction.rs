@@ -1153,3 +1153,134 @@ fn another_process_does_not_commit_durably_under_a_name_whose_directory_fsync_fa
     );
     drop(a);
 }
+
+/// Compaction's file-system operations, but the switch's directory fsync (after its rename,
+/// before the new file is the handle's) waits until `go` is set.
+#[derive(Debug, Default)]
+struct DirSyncWaits {
+    renamed: std::sync::atomic::AtomicBool,
+    paused: std::sync::atomic::AtomicBool,
+    go: std::sync::atomic::AtomicBool,
+}
+
+impl larch::CompactionFs for DirSyncWaits {
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)?;
+        self.renamed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.renamed.load(SeqCst) {
+            self.paused.store(true, SeqCst);
+            while !self.go.load(SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        std::fs::File::open(dir)?.sync_all()
+    }
+}
+
+/// A `Db::sync` that takes the old file just before a background switch makes the new one
+/// current: the switch has renamed the new file into place and reset the lock file to the
+/// new file's commits, whose txids start again lower. The sync published the old file's
+/// newest txid over that reset, so the lock file named a commit the database did not hold:
+/// `check` failed, and the next write transaction rebuilt its writer state from an older
+/// meta than its own, whose free-page count its trees then contradicted (the file refused
+/// writes). Every durability of the commits before it.
+#[test]
+fn a_db_sync_racing_a_switch_does_not_publish_the_old_files_commits() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for durability in [Durability::Sync, Durability::NoMetaSync, Durability::Async] {
+        let ctx = format!("{durability:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("race.larch");
+        {
+            let db = Db::open(&path, Options::default().durability(durability)).unwrap();
+            fill_20k(&db);
+            keep_one_in_ten(&db);
+            // Forty more commits: the old file's txids run well past the new file's.
+            for i in 0..40u32 {
+                let tx = db.begin_write().unwrap();
+                tx.open_tree("t")
+                    .unwrap()
+                    .insert(&(i * 10).to_be_bytes(), b"new")
+                    .unwrap();
+                tx.commit().unwrap();
+            }
+        }
+        let fs = std::sync::Arc::new(DirSyncWaits::default());
+        let opts = Options::default()
+            .durability(durability)
+            .compaction_threshold(Some(0.3))
+            .compaction_min_bytes(0)
+            .compaction_check_every(std::time::Duration::from_secs(3600));
+        let db = Db::open_with_storage_as_process_and_fs(
+            &path,
+            larch_testkit::file_storage,
+            opts,
+            fs.clone(),
+        )
+        .unwrap();
+        let before = contents(&db);
+        let old_txid = db.begin_read().unwrap().txid();
+        // db.sync looks at the threshold; wait for the switch to reach its directory fsync.
+        'started: for _ in 0..50 {
+            db.sync().unwrap();
+            for _ in 0..2_000 {
+                if fs.paused.load(SeqCst) {
+                    break 'started;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        assert!(
+            fs.paused.load(SeqCst),
+            "{ctx}: no switch reached its rename"
+        );
+        std::thread::scope(|s| {
+            let racing = s.spawn(|| db.sync());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            fs.go.store(true, SeqCst);
+            racing
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: the racing sync: {e}"));
+        });
+        db.wait_for_compaction()
+            .unwrap_or_else(|e| panic!("{ctx}: the switch: {e}"));
+        assert_eq!(db.compactions(), 1, "{ctx}");
+        let new_txid = db.begin_read().unwrap().txid();
+        assert!(
+            new_txid < old_txid,
+            "{ctx}: the new file's txids ({new_txid}) do not start below the old file's \
+             ({old_txid}): nothing was tested"
+        );
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after the switch: {e}"));
+        assert!(contents(&db) == before, "{ctx}: the switch lost data");
+        for i in 0..5u32 {
+            let tx = db
+                .begin_write()
+                .unwrap_or_else(|e| panic!("{ctx}: write transaction {i} after the switch: {e}"));
+            tx.open_tree("t")
+                .unwrap()
+                .insert(&(i * 10 + 1).to_be_bytes(), b"after")
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after commits on the new file: {e}"));
+        let after = contents(&db);
+        drop(db);
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
+        assert!(
+            contents(&db) == after,
+            "{ctx}: a commit is gone after reopen"
+        );
+    }
+}

@@ -126,6 +126,22 @@ fn compact_while_committing(d: Durability, cap: Option<usize>, seed: u64) -> (u6
     let mut held: Option<(larch::ReadTx, Model)> = None;
     let mut behind = [0usize; 2];
     let ctx = |i: usize| format!("{d:?}, cap {cap:?}, seed {seed}, commit {i}");
+    // Another thread calls `Db::sync` every few hundred microseconds, so syncs meet switches
+    // at every step (one that took the old file just before a switch made the new one
+    // current published the old file's txids over the lock file's reset).
+    let stop = Arc::new(AtomicBool::new(false));
+    let syncer = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || -> larch::Result<u64> {
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                db.sync()?;
+                n += 1;
+                std::thread::sleep(Duration::from_micros(100 + n % 7 * 150));
+            }
+            Ok(n)
+        })
+    };
     for i in 0..400 {
         commit(&db, &mut rng, &mut model, d);
         states.push(model.clone());
@@ -167,6 +183,15 @@ fn compact_while_committing(d: Durability, cap: Option<usize>, seed: u64) -> (u6
             break;
         }
     }
+    stop.store(true, Ordering::SeqCst);
+    let syncs = syncer
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{d:?}, cap {cap:?}: a sync of the other thread: {e}"));
+    assert!(
+        syncs > 0,
+        "{d:?}, cap {cap:?}: the other thread never synced"
+    );
     db.wait_for_compaction()
         .unwrap_or_else(|e| panic!("{d:?}, cap {cap:?}: the last compaction failed: {e}"));
     let switched = db.compactions();

@@ -414,18 +414,33 @@ fn last_round(
             h.fs.rename(tmp, &h.path)
                 .map_err(|e| io_err("rename compacted file into place", &h.path, e))?;
             let _ = new_file.inode.set(claim);
-            // The new file's commits are what the lock file names from now on.
+            // The new file's commits are what the lock file names from now on. A `Db::sync`
+            // or group-commit leader of this process that took the old file before the
+            // switch publishes under the old file's durability lock: held here, so it
+            // publishes before the reset or sees the old file superseded.
+            let st = old.durability.lock();
+            old.superseded.store(true, Ordering::Release);
             let txid = new_file.durability.lock().committed.txid;
             l.file.set_committed(txid);
             l.file.bump_generation_alone();
+            drop(st);
             let _ = new_file.lock.set(l.clone());
             Ok(())
         })();
-        l.file.attach_shared()?;
+        let attached = l.file.attach_shared();
         switched?;
+        if attached.is_err() {
+            // The rename stands, so the switch goes through. Try once more; if that fails
+            // too, the exclusive hold stays until this handle closes: processes opening
+            // meanwhile wait in their attach, which is safe where a switch abandoned after
+            // its rename is not (this handle would write an inode no name reaches).
+            let _ = l.file.attach_shared();
+        }
     } else {
         h.fs.rename(tmp, &h.path)
             .map_err(|e| io_err("rename compacted file into place", &h.path, e))?;
+        let _st = old.durability.lock();
+        old.superseded.store(true, Ordering::Release);
     }
     let dir = h
         .path

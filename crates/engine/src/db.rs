@@ -489,6 +489,7 @@ impl Db {
             opts,
             opened,
             retired: AtomicBool::new(false),
+            superseded: AtomicBool::new(false),
             successor: Default::default(),
             waiting_writers: AtomicUsize::new(0),
             durable_txid: std::sync::atomic::AtomicU64::new(meta.txid),
@@ -577,6 +578,15 @@ impl Db {
             open_file.pager.check_writable()?;
             let writer = open_file.writer.try_lock();
             let mut st = open_file.durability.lock();
+            if open_file.superseded.load(Ordering::Acquire) {
+                // A switch renamed a compacted file over this one and is making it current:
+                // the lock file names the new file's commits already, and this file may
+                // neither publish nor take the writer lock (a sync here that published
+                // this file's newest commit had the next writer rebuild from an older meta).
+                drop((st, writer));
+                std::thread::yield_now();
+                continue;
+            }
             if let Some(lock) = open_file.lock() {
                 if !lock.held() {
                     // Every commit of this process has its meta on disk (it keeps the writer

@@ -78,6 +78,11 @@ pub(crate) struct OpenFile {
     /// durable yet (`Pager::sync_name`), which a commit made here waits for. Weak: a reader
     /// of this file must not keep every later compacted file open.
     pub successor: OnceLock<std::sync::Weak<OpenFile>>,
+    /// A compaction switch renamed its file over this one's path (set before `retired`, and
+    /// with no lock file as well): the lock file names the new file's commits from then on,
+    /// so nothing of this file may publish to it or release the writer lock it shares. Set
+    /// under this file's durability lock, which everything that publishes holds.
+    pub superseded: AtomicBool,
     /// Writers waiting for the writer lock (a Sync commit with company joins a group).
     pub waiting_writers: AtomicUsize,
     /// The writer's durable txid, for group-commit followers (who do not hold the lock).
@@ -217,6 +222,12 @@ impl OpenFile {
     /// and the newest durable one. Every commit of this process up to `st.on_disk()` has its
     /// meta in the file by now.
     pub(crate) fn publish_on_disk(&self, st: &DurableState) {
+        if self.superseded.load(Ordering::Acquire) {
+            // Its txids are not the lock file's any more (a publish here would name a
+            // commit the new file does not have, and the next writer would rebuild its
+            // state from an older meta).
+            return;
+        }
         if let Some(lock) = self.lock() {
             if lock.held() {
                 lock.file.publish_committed(st.on_disk());
@@ -268,6 +279,10 @@ impl OpenFile {
         if let Some(lock) = self.lock() {
             if lock.held() {
                 let st = self.durability.lock();
+                if self.superseded.load(Ordering::Acquire) {
+                    // The lock is the new file's now (the switch releases it).
+                    return;
+                }
                 if st.on_disk() >= st.committed.txid {
                     self.publish_on_disk(&st);
                     lock.release();
@@ -290,6 +305,9 @@ impl OpenFile {
     /// reached the page cache first), a process opening the file now takes it, and pages it
     /// reaches are not free.
     pub(crate) fn reload_if_changed(&self, w: &mut WriterState) -> Result<()> {
+        // A switch supersedes a file holding its writer lock and retires it before letting
+        // go, and every caller checks `retired` after taking the lock.
+        debug_assert!(!self.superseded.load(Ordering::Acquire));
         let Some(lock) = self.lock() else {
             return Ok(());
         };
@@ -309,6 +327,18 @@ impl OpenFile {
             return Ok(());
         }
         let meta = self.pager.read_newest_meta()?;
+        if let Some(k) = k.filter(|&k| k > meta.txid) {
+            // A commit is published only once its meta is written, and no process writes
+            // while this one holds the writer lock: the lock file is not this file's. Never
+            // rebuild from a meta older than what was published (or than this process's own).
+            return Err(Error::LockFile {
+                path: lock.file.path().to_path_buf(),
+                reason: format!(
+                    "the lock file names commit {k} as the newest, but the database's newest meta is {} (was the database file replaced while in use?)",
+                    meta.txid
+                ),
+            });
+        }
         if !published_newer && meta.txid <= known {
             lock.checked();
             return Ok(());
