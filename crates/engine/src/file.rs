@@ -153,10 +153,21 @@ impl OpenFile {
     pub(crate) fn begin_snapshot(&self, i: usize) -> Result<Arc<Snapshot>> {
         loop {
             self.catch_up()?;
-            if let Some(snap) = self.readers.begin(i, self.lock().map(|l| &**l))? {
+            if let Some(snap) = self.readers.begin(i, self.reader_lock())? {
                 return Ok(snap);
             }
         }
+    }
+
+    /// The lock file readers of this file register in: none once a switch superseded it.
+    /// Then the lock file names the new file's commits (a reader here re-checking against
+    /// them would start over forever, or wait for a meta this file never gets), and no
+    /// process writes this inode again, so its snapshots pin nothing.
+    pub(crate) fn reader_lock(&self) -> Option<&ProcessLock> {
+        if self.superseded.load(Ordering::Acquire) {
+            return None;
+        }
+        self.lock().map(|l| &**l)
     }
 
     /// If another process published a commit newer than this process's newest snapshot,
@@ -164,7 +175,7 @@ impl OpenFile {
     /// process that holds the writer lock (nobody else commits). One atomic load when there
     /// is nothing to do.
     pub(crate) fn catch_up(&self) -> Result<()> {
-        let Some(lock) = self.lock() else {
+        let Some(lock) = self.reader_lock() else {
             return Ok(());
         };
         match lock.file.committed_txid() {
@@ -175,6 +186,10 @@ impl OpenFile {
         let mut last = 0;
         // The writer may be rewriting the slot for a newer commit: then the txid moves on.
         for _ in 0..100_000 {
+            if self.superseded.load(Ordering::Acquire) {
+                // The txid is the new file's: this file's newest snapshot is all there is.
+                return Ok(());
+            }
             let Some(k) = lock.file.committed_txid() else {
                 return Ok(());
             };

@@ -329,7 +329,7 @@ impl SnapshotCache {
                 let mut s = open_file.readers.shard(i).lock();
                 // Checked under the shard lock: see the module docs.
                 if open_file.readers.published() == rs.meta.txid
-                    && ReaderTable::register(&mut s, rs.meta.txid, open_file.lock().map(|l| &**l))?
+                    && ReaderTable::register(&mut s, rs.meta.txid, open_file.reader_lock())?
                 {
                     return Ok((rs.clone(), i));
                 }
