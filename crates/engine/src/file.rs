@@ -64,6 +64,12 @@ pub(crate) struct WriterState {
 /// whole `OpenFile` of a handle with one for the compacted file; readers keep the old one.
 #[derive(Debug)]
 pub(crate) struct OpenFile {
+    /// This process has the file open (at most once per process, by inode). The first field,
+    /// so it is dropped before `pager` closes the descriptor: once that is closed, the inode
+    /// of a file without a name (the old file of a switch, a removed one) is free, and a file
+    /// created meanwhile can get its number, which a claim still registered would refuse as
+    /// already open.
+    pub inode: OnceLock<InodeClaim>,
     pub pager: Pager,
     pub opts: Options,
     /// The newest snapshot and the readers of older ones (readers.rs).
@@ -93,8 +99,6 @@ pub(crate) struct OpenFile {
     /// The lock file through which other processes share the file (process.rs); unset for a
     /// file without one (test storage, a compaction copy until it is switched in).
     pub lock: OnceLock<Arc<ProcessLock>>,
-    /// This process has the file open (at most once per process, by inode).
-    pub inode: OnceLock<InodeClaim>,
 }
 
 /// What every clone of a `Db` shares.
