@@ -954,16 +954,20 @@ fn threshold_compaction_leaves_a_paced_load_alone_while_the_timer_looks() {
     }
 }
 
-/// Compaction's file-system operations, but a directory fsync after a rename (the switch's)
-/// fails while `fail` is set.
+/// Compaction's file-system operations, but the directory fsync after a rename (the switch's,
+/// before the new file is the handle's) fails while `fail` is set, and with `pause` set waits
+/// until `go` is.
 #[derive(Debug, Default)]
-struct DirSyncFails {
+struct SwitchDirSync {
     fail: std::sync::atomic::AtomicBool,
     renamed: std::sync::atomic::AtomicBool,
     failed: std::sync::atomic::AtomicUsize,
+    pause: std::sync::atomic::AtomicBool,
+    paused: std::sync::atomic::AtomicBool,
+    go: std::sync::atomic::AtomicBool,
 }
 
-impl larch::CompactionFs for DirSyncFails {
+impl larch::CompactionFs for SwitchDirSync {
     fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
         std::fs::rename(from, to)?;
         self.renamed
@@ -973,6 +977,12 @@ impl larch::CompactionFs for DirSyncFails {
 
     fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
         use std::sync::atomic::Ordering::SeqCst;
+        if self.renamed.load(SeqCst) && self.pause.load(SeqCst) {
+            self.paused.store(true, SeqCst);
+            while !self.go.load(SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
         if self.fail.load(SeqCst) && self.renamed.load(SeqCst) {
             self.failed.fetch_add(1, SeqCst);
             return Err(std::io::Error::other("directory fsync refused by the test"));
@@ -988,10 +998,10 @@ fn switched_without_a_durable_name(
     path: &std::path::Path,
     as_process: bool,
     durability: Durability,
-) -> (std::sync::Arc<DirSyncFails>, Db) {
+) -> (std::sync::Arc<SwitchDirSync>, Db) {
     use std::sync::atomic::Ordering::SeqCst;
     drop(Db::open(path, Options::default()).unwrap());
-    let fs = std::sync::Arc::new(DirSyncFails::default());
+    let fs = std::sync::Arc::new(SwitchDirSync::default());
     let opts = Options::default()
         .durability(durability)
         .compaction_threshold(Some(0.3))
@@ -1110,7 +1120,7 @@ fn another_process_does_not_commit_durably_under_a_name_whose_directory_fsync_fa
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dirsync.larch");
     drop(Db::open(&path, Options::default()).unwrap());
-    let fs = std::sync::Arc::new(DirSyncFails::default());
+    let fs = std::sync::Arc::new(SwitchDirSync::default());
     let opts = Options::default()
         .durability(Durability::Sync)
         .compaction_threshold(Some(0.3))
@@ -1154,35 +1164,6 @@ fn another_process_does_not_commit_durably_under_a_name_whose_directory_fsync_fa
     drop(a);
 }
 
-/// Compaction's file-system operations, but the switch's directory fsync (after its rename,
-/// before the new file is the handle's) waits until `go` is set.
-#[derive(Debug, Default)]
-struct DirSyncWaits {
-    renamed: std::sync::atomic::AtomicBool,
-    paused: std::sync::atomic::AtomicBool,
-    go: std::sync::atomic::AtomicBool,
-}
-
-impl larch::CompactionFs for DirSyncWaits {
-    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        std::fs::rename(from, to)?;
-        self.renamed
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.renamed.load(SeqCst) {
-            self.paused.store(true, SeqCst);
-            while !self.go.load(SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
-        std::fs::File::open(dir)?.sync_all()
-    }
-}
-
 /// A `Db::sync` that takes the old file just before a background switch makes the new one
 /// current: the switch has renamed the new file into place and reset the lock file to the
 /// new file's commits, whose txids start again lower. The sync published the old file's
@@ -1219,7 +1200,8 @@ fn a_db_sync_racing_a_switch_does_not_publish_the_old_files_commits() {
                 tx.commit().unwrap();
             }
         }
-        let fs = std::sync::Arc::new(DirSyncWaits::default());
+        let fs = std::sync::Arc::new(SwitchDirSync::default());
+        fs.pause.store(true, SeqCst);
         let opts = Options::default()
             .durability(durability)
             .compaction_threshold(Some(0.3))
