@@ -441,17 +441,47 @@ fn every_cut_of_background_compaction_opened_through_a_symlink_switches_the_file
     );
 }
 
+/// Cuts of `trace` around each directory operation (the interesting ones) and at `cases()`
+/// random places, each with the durable pages only, everything, and a random subset of what
+/// was not synced. Returns the cuts checked and the switches (renames over the database).
+fn random_cuts(trace: &Trace, seed: u64, ctx: &str) -> (usize, usize) {
+    let switches = trace
+        .ops
+        .iter()
+        .filter(|o| matches!(o, Op::Rename { to, .. } if to == DB))
+        .count();
+    let dir = scratch_dir();
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut ks: Vec<usize> = trace
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.file().is_none())
+        .flat_map(|(i, _)| [i, i + 1])
+        .collect();
+    for _ in 0..cases() {
+        ks.push(rng.below(trace.ops.len() as u64 + 1) as usize);
+    }
+    let mut total = 0;
+    for k in ks {
+        for how in [
+            Image::DurableOnly,
+            Image::Everything,
+            Image::Random(rng.next()),
+        ] {
+            verify_cut(trace, k, how, dir.path(), ctx);
+            total += 1;
+        }
+    }
+    (total, switches)
+}
+
 #[test]
 fn random_cuts_of_background_compaction_racing_commits_keep_every_durable_commit() {
     let mut total = 0;
     let mut switches = 0;
     for seed in 1..=3u64 {
         let trace = run(Mode::BackgroundBusy, 80, seed * 0x2545_f491);
-        switches += trace
-            .ops
-            .iter()
-            .filter(|o| matches!(o, Op::Rename { to, .. } if to == DB))
-            .count();
         if seed == 2 {
             // This seed's cap (run_via) must make the first file's commits both save the free
             // map and leave it behind, or the run would not test the two meeting compaction.
@@ -461,35 +491,9 @@ fn random_cuts_of_background_compaction_racing_commits_keep_every_durable_commit
                 "seed {seed}: {saved} metas saved the free map, {behind} left it behind"
             );
         }
-        let dir = scratch_dir();
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        // Cuts around each directory operation are the interesting ones; the rest at random.
-        let mut ks: Vec<usize> = trace
-            .ops
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.file().is_none())
-            .flat_map(|(i, _)| [i, i + 1])
-            .collect();
-        for _ in 0..cases() {
-            ks.push(rng.below(trace.ops.len() as u64 + 1) as usize);
-        }
-        for k in ks {
-            for how in [
-                Image::DurableOnly,
-                Image::Everything,
-                Image::Random(rng.next()),
-            ] {
-                verify_cut(
-                    &trace,
-                    k,
-                    how,
-                    dir.path(),
-                    &format!("background, busy {seed}"),
-                );
-                total += 1;
-            }
-        }
+        let (cuts, switched) = random_cuts(&trace, seed, &format!("background, busy {seed}"));
+        total += cuts;
+        switches += switched;
     }
     assert!(switches >= 1, "no switch happened in any run");
     eprintln!("background (busy): {total} cuts over 3 runs, {switches} switches");
@@ -512,44 +516,18 @@ fn random_cuts_of_background_compaction_racing_nometasync_commits_keep_every_dur
             None,
             Durability::NoMetaSync,
         );
-        switches += trace
-            .ops
-            .iter()
-            .filter(|o| matches!(o, Op::Rename { to, .. } if to == DB))
-            .count();
         let [saved, behind] = metas_written(&trace, 0);
         assert!(
             behind >= 2 && (seed % 2 == 1 || saved >= 2),
             "seed {seed}: {saved} metas saved the free map, {behind} left it behind"
         );
-        let dir = scratch_dir();
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        let mut ks: Vec<usize> = trace
-            .ops
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.file().is_none())
-            .flat_map(|(i, _)| [i, i + 1])
-            .collect();
-        for _ in 0..cases() {
-            ks.push(rng.below(trace.ops.len() as u64 + 1) as usize);
-        }
-        for k in ks {
-            for how in [
-                Image::DurableOnly,
-                Image::Everything,
-                Image::Random(rng.next()),
-            ] {
-                verify_cut(
-                    &trace,
-                    k,
-                    how,
-                    dir.path(),
-                    &format!("background, busy, NoMetaSync {seed}"),
-                );
-                total += 1;
-            }
-        }
+        let (cuts, switched) = random_cuts(
+            &trace,
+            seed,
+            &format!("background, busy, NoMetaSync {seed}"),
+        );
+        total += cuts;
+        switches += switched;
     }
     assert!(switches >= 1, "no switch happened in any run");
     eprintln!("background (busy, NoMetaSync): {total} cuts over 2 runs, {switches} switches");
