@@ -85,16 +85,23 @@ pub(crate) fn start_timer(shared: &Arc<Shared>) {
                 return;
             }
             let f = h.current_file();
-            let w = f.writer.try_lock();
-            if let Some(mut w) = w {
-                if f.writer_state_for_check(&mut w) {
-                    check_quiet(&h, &f, &mut w);
-                }
-                f.release_writer_if_on_disk();
-            }
+            timer_tick(&h, &f);
         });
     if let Ok(t) = spawned {
         *shared.compaction.timer.thread.lock() = Some(t);
+    }
+}
+
+/// One look of the handle's timer at `f`, the file it took as current: unless a transaction
+/// holds the writer lock. `f` may have been switched away since it was taken (a switch can
+/// complete between the two).
+fn timer_tick(h: &Arc<Shared>, f: &OpenFile) {
+    let w = f.writer.try_lock();
+    if let Some(mut w) = w {
+        if f.writer_state_for_check(&mut w) {
+            check_quiet(h, f, &mut w);
+        }
+        f.release_writer_if_on_disk();
     }
 }
 
@@ -549,6 +556,17 @@ impl Db {
             Some(Ok(r)) => Ok(Some(r)),
             Some(Err(e)) => Err(Error::Compaction(e)),
         }
+    }
+
+    /// One tick of the handle's compaction timer, on the file `rx` reads rather than the
+    /// current one: what the timer thread does when it took that file as current just before
+    /// a background switch made another current (the switch can complete between the
+    /// timer's look at the current file and its `try_lock` of that file's writer). A test
+    /// hook: only with the feature `test-hooks`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn compaction_timer_tick_on(&self, rx: &ReadTx) {
+        timer_tick(&self.shared, rx.file());
     }
 
     /// Background compactions completed by this handle. See [`Db::wait_for_compaction`] for

@@ -1,0 +1,326 @@
+//! Races with a background compaction's switch: nothing of the old file (an `OpenFile` some
+//! thread took before the switch made the new one current) may write to the lock file or
+//! change this process's hold of the cross-process writer lock once the switch has reset the
+//! lock file to the new file's commits, and the lock file never names a commit the current
+//! file lacks (docs/format.md, "Compaction" and "The lock file").
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use larch::{Db, Durability, Options};
+
+type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+fn contents(db: &Db) -> Model {
+    contents_of(&db.begin_read().unwrap())
+}
+
+/// A file whose background compaction has much to give back: 20,000 entries, nine in ten
+/// then removed in one commit, then `extra` commits of one entry each (with forty, the old
+/// file's txids run well past the compacted file's; with none, the compacted file gets the
+/// old one's txid).
+fn mostly_free(path: &Path, extra: u32) {
+    let db = Db::open(path, Options::default()).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in 0..20_000u32 {
+            t.insert(&i.to_be_bytes(), &[7u8; 200]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_tree("t").unwrap();
+        for i in (0..20_000u32).filter(|i| i % 10 != 0) {
+            t.remove(&i.to_be_bytes()).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    for i in 0..extra {
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t")
+            .unwrap()
+            .insert(&(i * 10).to_be_bytes(), b"new")
+            .unwrap();
+        tx.commit().unwrap();
+    }
+}
+
+/// Options that compact `mostly_free`'s file at the first look (`Db::sync` looks), with the
+/// handle's own timer out of the way.
+fn compacting() -> Options {
+    Options::default()
+        .durability(Durability::Sync)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(Duration::from_secs(3600))
+}
+
+/// `db.sync()` (which looks at the threshold) until a background switch completed.
+fn switch_once(db: &Db, ctx: &str) {
+    for _ in 0..50 {
+        db.sync().unwrap();
+        db.wait_for_compaction()
+            .unwrap_or_else(|e| panic!("{ctx}: the switch: {e}"));
+        if db.compactions() > 0 {
+            break;
+        }
+    }
+    assert_eq!(db.compactions(), 1, "{ctx}: no switch");
+}
+
+fn insert(db: &Db, k: &[u8], v: &[u8]) {
+    let tx = db.begin_write().unwrap();
+    tx.open_tree("t").unwrap().insert(k, v).unwrap();
+    tx.commit().unwrap();
+}
+
+/// The handle's timer takes the current file, then `try_lock`s its writer lock: a switch
+/// that completes between the two leaves the timer with the old file and its writer lock
+/// free. The timer then looked at the threshold on the old file; when the lock file named a
+/// newer commit than the old file's own (the compacted file had committed past it), it took
+/// the cross-process writer lock through the old file, failed to rebuild its state from the
+/// old inode, and could not let go again (`release_writer_if_on_disk` does nothing for a
+/// superseded file): this process held the writer lock with every commit on disk, and other
+/// processes could not write until it wrote or synced again.
+#[test]
+fn a_timer_tick_on_the_old_file_takes_no_writer_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("timer.larch");
+    // A young file: the compacted file starts at the old one's txid.
+    mostly_free(&path, 0);
+    let db =
+        Db::open_with_storage_as_process(&path, larch_testkit::file_storage, compacting()).unwrap();
+    let old = db.begin_read().unwrap();
+    switch_once(&db, "young file");
+    // Commits on the new file take its txids past the old file's (each releases the writer
+    // lock: Sync commits are on disk at once).
+    for i in 0..3u32 {
+        insert(&db, &i.to_be_bytes(), b"after");
+    }
+    let newest = db.begin_read().unwrap().txid();
+    assert!(
+        newest > old.txid(),
+        "the new file's txid {newest} is not past the old file's {}: nothing was tested",
+        old.txid()
+    );
+    let other =
+        Db::open_with_storage_as_process(&path, larch_testkit::file_storage, Options::default())
+            .unwrap();
+    // The timer, with the file it took before the switch.
+    db.compaction_timer_tick_on(&old);
+    let tx = other.try_begin_write().unwrap_or_else(|e| {
+        panic!("another process cannot write after a timer tick on the old file: {e}")
+    });
+    tx.open_tree("t").unwrap().insert(b"other", b"1").unwrap();
+    tx.commit().unwrap();
+    drop(old);
+    // This process follows the other's commit, and writes after it.
+    assert_eq!(
+        db.begin_read()
+            .unwrap()
+            .open_tree("t")
+            .unwrap()
+            .get(b"other")
+            .unwrap(),
+        Some(&b"1"[..])
+    );
+    insert(&db, b"mine", b"2");
+    db.check().unwrap();
+    other.check().unwrap();
+    let after = contents(&db);
+    drop((db, other));
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    assert!(contents(&db) == after, "a commit is gone after reopen");
+}
+
+/// The same timer tick on the old file when its writer state is current (no lock file, or
+/// the lock file naming an older commit than the old file's): it looked at the threshold on
+/// the old file, whose free pages the switch gave back but whose writer state still counts
+/// them, and recorded a refused compaction ("no longer names this database's file") as the
+/// handle's last result: `wait_for_compaction` then failed after a switch that succeeded.
+#[test]
+fn a_timer_tick_on_the_old_file_starts_and_refuses_nothing() {
+    for (lock_file, extra) in [(false, 0u32), (false, 40), (true, 40)] {
+        let ctx = format!("lock file {lock_file}, {extra} more commits");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("refused.larch");
+        mostly_free(&path, extra);
+        let db = if lock_file {
+            Db::open(&path, compacting())
+        } else {
+            Db::open_with_storage(&path, larch_testkit::file_storage(&path), compacting())
+        }
+        .unwrap();
+        let old = db.begin_read().unwrap();
+        switch_once(&db, &ctx);
+        db.compaction_timer_tick_on(&old);
+        let last = db.wait_for_compaction();
+        assert!(
+            matches!(last, Ok(None)),
+            "{ctx}: after a timer tick on the old file, the last compaction: {last:?}"
+        );
+        assert_eq!(db.compactions_refused(), 0, "{ctx}");
+        assert_eq!(db.compactions(), 1, "{ctx}");
+        drop(old);
+        insert(&db, b"after", b"1");
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after the switch: {e}"));
+    }
+}
+
+/// Compaction's file-system operations, but the switch's directory fsync (after its rename,
+/// before the new file is the handle's) waits until `go` is set.
+#[derive(Debug, Default)]
+struct DirSyncWaits {
+    renamed: AtomicBool,
+    paused: AtomicBool,
+    go: AtomicBool,
+}
+
+impl larch::CompactionFs for DirSyncWaits {
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)?;
+        self.renamed.store(true, SeqCst);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        if self.renamed.load(SeqCst) {
+            self.paused.store(true, SeqCst);
+            while !self.go.load(SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        std::fs::File::open(dir)?.sync_all()
+    }
+}
+
+/// A handle as its own process with `fs`, whose background switch is paused in its
+/// directory fsync (the rename done, the lock file reset, the old file still current).
+fn paused_switch(path: &Path, fs: &Arc<DirSyncWaits>, ctx: &str) -> Db {
+    let db = Db::open_with_storage_as_process_and_fs(
+        path,
+        larch_testkit::file_storage,
+        compacting(),
+        fs.clone(),
+    )
+    .unwrap();
+    'started: for _ in 0..200 {
+        db.sync().unwrap();
+        for _ in 0..200 {
+            if fs.paused.load(SeqCst) {
+                break 'started;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert!(
+        fs.paused.load(SeqCst),
+        "{ctx}: no switch reached its rename"
+    );
+    db
+}
+
+/// Another process opens while the switch is paused after its rename (it attaches once the
+/// switch shares the attach byte again, and waits for the writer lock the switch holds),
+/// while this process syncs, reads and commits on threads that took the old file. The other
+/// process opens the new file and commits to it as soon as the switch lets go of the writer
+/// lock: nothing of this process's old file may publish over that, and this process then
+/// reads and writes after the other's commit.
+#[test]
+fn another_process_opening_during_a_paused_switch_sees_only_the_new_file() {
+    for extra in [0u32, 40] {
+        let ctx = format!("{extra} more commits");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attach.larch");
+        mostly_free(&path, extra);
+        let fs = Arc::new(DirSyncWaits::default());
+        let db = paused_switch(&path, &fs, &ctx);
+        let before = contents(&db);
+        let other = std::thread::scope(|s| {
+            let opening = s.spawn(|| {
+                let other = Db::open_with_storage_as_process(
+                    &path,
+                    larch_testkit::file_storage,
+                    Options::default().durability(Durability::NoMetaSync),
+                )?;
+                let tx = other.begin_write()?;
+                tx.open_tree("t")?.insert(b"other", b"1")?;
+                tx.commit()?;
+                Ok::<_, larch::Error>(other)
+            });
+            let syncing = s.spawn(|| db.sync());
+            let reading = s.spawn(|| db.begin_read().map(|rx| contents_of(&rx)));
+            let writing = s.spawn(|| -> larch::Result<()> {
+                let tx = db.begin_write()?;
+                tx.open_tree("t")?.insert(b"mine", b"1")?;
+                tx.commit()
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            fs.go.store(true, SeqCst);
+            syncing
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: the racing sync: {e}"));
+            let read = reading
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: a reader during the switch: {e}"));
+            assert!(read == before, "{ctx}: a reader during the switch");
+            writing
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: a writer waiting for the switch: {e}"));
+            opening
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: the other process: {e}"))
+        });
+        db.wait_for_compaction()
+            .unwrap_or_else(|e| panic!("{ctx}: the switch: {e}"));
+        assert_eq!(db.compactions(), 1, "{ctx}");
+        for (who, h) in [("this process", &db), ("the other process", &other)] {
+            let t = h.begin_read().unwrap().open_tree_owned("t").unwrap();
+            assert_eq!(t.get(b"other").unwrap(), Some(&b"1"[..]), "{ctx}: {who}");
+            assert_eq!(t.get(b"mine").unwrap(), Some(&b"1"[..]), "{ctx}: {who}");
+            h.check()
+                .unwrap_or_else(|e| panic!("{ctx}: check in {who}: {e}"));
+        }
+        insert(&db, b"mine", b"2");
+        insert(&other, b"other", b"2");
+        db.sync().unwrap();
+        other.sync().unwrap();
+        let after = contents(&db);
+        assert!(contents(&other) == after, "{ctx}: the two processes differ");
+        drop((db, other));
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
+        assert!(
+            contents(&db) == after,
+            "{ctx}: a commit is gone after reopen"
+        );
+    }
+}
+
+fn contents_of(rx: &larch::ReadTx) -> Model {
+    let mut m = Model::new();
+    for name in rx.tree_names().unwrap() {
+        let t = rx.open_tree(&name).unwrap();
+        m.insert(
+            name,
+            t.iter()
+                .unwrap()
+                .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect::<Result<_, _>>()
+                .unwrap(),
+        );
+    }
+    m
+}
