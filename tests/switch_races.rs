@@ -324,3 +324,112 @@ fn contents_of(rx: &larch::ReadTx) -> Model {
     }
     m
 }
+
+/// While the switch is paused after its rename: an in-place `Db::compact`, Sync writers (with
+/// company, so group commit makes followers of them), a `Db::sync` and a reader that holds
+/// the old file across the switch, all of this process. The writers and the compaction wait
+/// for the old file's writer lock and start over on the new file; the reader's end and its
+/// file's close (it holds the last reference) touch no lock-file state. Afterwards another
+/// process writes at once and sees every commit, and this process follows it.
+#[test]
+fn writers_compact_and_a_held_reader_racing_a_paused_switch() {
+    for extra in [0u32, 40] {
+        let ctx = format!("{extra} more commits");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("writers.larch");
+        mostly_free(&path, extra);
+        let fs = Arc::new(DirSyncWaits::default());
+        let db = paused_switch(&path, &fs, &ctx);
+        let held = db.begin_read().unwrap();
+        let before = contents_of(&held);
+        std::thread::scope(|s| {
+            let compacting = s.spawn(|| db.compact().map(|_| ()));
+            let writers: Vec<_> = (0..4u32)
+                .map(|w| {
+                    let db = &db;
+                    s.spawn(move || -> larch::Result<()> {
+                        for i in 0..5u32 {
+                            let tx = db.begin_write()?;
+                            tx.open_tree("t")?
+                                .insert(format!("w{w}-{i}").as_bytes(), b"1")?;
+                            tx.commit()?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            let syncing = s.spawn(|| db.sync());
+            std::thread::sleep(Duration::from_millis(100));
+            fs.go.store(true, SeqCst);
+            compacting
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: Db::compact: {e}"));
+            for w in writers {
+                w.join()
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("{ctx}: a writer: {e}"));
+            }
+            syncing
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: the racing sync: {e}"));
+        });
+        db.wait_for_compaction()
+            .unwrap_or_else(|e| panic!("{ctx}: the switch: {e}"));
+        assert_eq!(db.compactions(), 1, "{ctx}");
+        // The reader still reads the old file, as it began.
+        assert!(contents_of(&held) == before, "{ctx}: the held reader");
+        insert(&db, b"late", b"1");
+        // The old file closes here (its last reference).
+        drop(held);
+        let other = Db::open_with_storage_as_process(
+            &path,
+            larch_testkit::file_storage,
+            Options::default(),
+        )
+        .unwrap();
+        let tx = other
+            .try_begin_write()
+            .unwrap_or_else(|e| panic!("{ctx}: the other process cannot write: {e}"));
+        {
+            let t = tx.open_tree("t").unwrap();
+            for w in 0..4u32 {
+                for i in 0..5u32 {
+                    assert_eq!(
+                        t.get(format!("w{w}-{i}").as_bytes()).unwrap(),
+                        Some(&b"1"[..]),
+                        "{ctx}: w{w}-{i}"
+                    );
+                }
+            }
+            assert_eq!(t.get(b"late").unwrap(), Some(&b"1"[..]), "{ctx}");
+        }
+        tx.open_tree("t").unwrap().insert(b"other", b"1").unwrap();
+        tx.commit().unwrap();
+        assert_eq!(
+            db.begin_read()
+                .unwrap()
+                .open_tree("t")
+                .unwrap()
+                .get(b"other")
+                .unwrap(),
+            Some(&b"1"[..]),
+            "{ctx}: this process does not see the other's commit"
+        );
+        insert(&db, b"mine", b"2");
+        db.check().unwrap_or_else(|e| panic!("{ctx}: check: {e}"));
+        other
+            .check()
+            .unwrap_or_else(|e| panic!("{ctx}: check in the other process: {e}"));
+        let after = contents(&db);
+        drop((db, other));
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
+        assert!(
+            contents(&db) == after,
+            "{ctx}: a commit is gone after reopen"
+        );
+    }
+}

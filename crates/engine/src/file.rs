@@ -277,7 +277,10 @@ impl OpenFile {
     /// attached). False if `w` is stale and stays so. The caller then calls
     /// [`OpenFile::release_writer_if_on_disk`].
     pub(crate) fn writer_state_for_check(&self, w: &mut WriterState) -> bool {
-        if self.pager.read_only() {
+        if self.pager.read_only() || self.superseded.load(Ordering::Acquire) {
+            // Superseded: a switch made another file the database (the handle's timer can
+            // take this one just before); its state is nobody's, and it may neither take
+            // the writer lock (it could not let go of it) nor start or refuse a compaction.
             return false;
         }
         if self.writer_state_current() {
