@@ -157,7 +157,7 @@ impl OpenFile {
     pub(crate) fn begin_snapshot(&self, i: usize) -> Result<Arc<Snapshot>> {
         loop {
             self.catch_up()?;
-            if let Some(snap) = self.readers.begin(i, self.reader_lock())? {
+            if let Some(snap) = self.readers.begin(i, || self.reader_lock())? {
                 return Ok(snap);
             }
         }

@@ -166,14 +166,18 @@ impl ReaderTable {
 
     /// Register a reader of the newest snapshot in shard `i` and return that snapshot;
     /// `None` if another process published a newer commit meanwhile (catch up, then retry).
-    pub(crate) fn begin(
+    /// `lock` (the file's `OpenFile::reader_lock`) is asked under the shard lock: a switch
+    /// supersedes the file before it clears the shards' slots (`release_slots`, shard by
+    /// shard under the same lock), so a reader either registers before that clears its slot
+    /// or sees the file superseded and takes no slot.
+    pub(crate) fn begin<'l>(
         &self,
         i: usize,
-        lock: Option<&ProcessLock>,
+        lock: impl FnOnce() -> Option<&'l ProcessLock>,
     ) -> Result<Option<Arc<Snapshot>>> {
         let mut s = self.shard(i).lock();
         let snap = self.current();
-        Ok(Self::register(&mut s, snap.meta.txid, lock)?.then_some(snap))
+        Ok(Self::register(&mut s, snap.meta.txid, lock())?.then_some(snap))
     }
 
     /// Register a reader of `txid` in a shard the caller holds locked. With a lock file, a
@@ -232,8 +236,8 @@ impl ReaderTable {
     /// nothing writes any more, so their lock-file slots protect nothing. Clear them: the new
     /// file shares the lock file, and its writers would take these old-file txids for readers
     /// of their own and reuse no page while such a reader lives. The readers carry on (their
-    /// counts stay); one that registers on this file after this claims a slot again, which
-    /// only pins more than needed until it ends.
+    /// counts stay). The file is superseded before this runs, and a reader that registers
+    /// on it once it is claims no slot (`OpenFile::reader_lock`, read under the shard lock).
     pub(crate) fn release_slots(&self) {
         for sh in self.shards.iter() {
             let mut s = sh.0.lock();
