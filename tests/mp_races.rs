@@ -282,6 +282,30 @@ impl CompactionFs for HookedCompaction {
     }
 }
 
+/// A new database at `path` opened as a process (through the lock file) under Null with a
+/// compaction threshold of 0.3, its compactions' files hooked (`HookedCompaction`, `which`);
+/// `saving`: the low free-map cap (`with_cap`).
+fn hooked_compactor(path: &Path, saving: bool, which: usize) -> (Db, Arc<Hook>) {
+    drop(Db::open(path, Options::default()).unwrap());
+    let hook = Arc::new(Hook::default());
+    let opts = with_cap(saving)
+        .policy(Policy::Null)
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0);
+    let db = Db::open_with_storage_as_process_and_fs(
+        path,
+        |_| Box::new(FileStorage::new(open_rw(path), WriteMode::Pwrite)),
+        opts,
+        Arc::new(HookedCompaction {
+            hook: hook.clone(),
+            which,
+            opened: AtomicUsize::new(0),
+        }),
+    )
+    .unwrap();
+    (db, hook)
+}
+
 /// The background file switch copies the old file's commits up to a last snapshot, then
 /// renames the copy over the path once no other process is attached. Another process that
 /// attaches, commits and detaches between that last snapshot and the rename must not have its
@@ -296,23 +320,7 @@ fn a_background_switch_never_drops_a_commit_another_process_made_during_its_last
 fn switch_never_drops_a_commit_another_process_made_during_its_last_round_with(saving: bool) {
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
-    drop(Db::open(&path, Options::default()).unwrap());
-    let hook = Arc::new(Hook::default());
-    let opts = with_cap(saving)
-        .policy(Policy::Null)
-        .compaction_threshold(Some(0.3))
-        .compaction_min_bytes(0);
-    let db = Db::open_with_storage_as_process_and_fs(
-        &path,
-        |_| Box::new(FileStorage::new(open_rw(&path), WriteMode::Pwrite)),
-        opts,
-        Arc::new(HookedCompaction {
-            hook: hook.clone(),
-            which: 1,
-            opened: AtomicUsize::new(0),
-        }),
-    )
-    .unwrap();
+    let (db, hook) = hooked_compactor(&path, saving, 1);
     // The switch's file syncs first when it is opened; the next sync is in the switch's last
     // round (no commits come meanwhile), after its last snapshot of the old file.
     hook.skip_syncs.store(1, Ordering::Release);
@@ -377,23 +385,7 @@ fn a_background_switch_releases_the_writer_lock_async_commits_kept() {
 fn switch_releases_the_writer_lock_async_commits_kept_with(saving: bool) {
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
-    drop(Db::open(&path, Options::default()).unwrap());
-    let hook = Arc::new(Hook::default());
-    let opts = with_cap(saving)
-        .policy(Policy::Null)
-        .compaction_threshold(Some(0.3))
-        .compaction_min_bytes(0);
-    let db = Db::open_with_storage_as_process_and_fs(
-        &path,
-        |_| Box::new(FileStorage::new(open_rw(&path), WriteMode::Pwrite)),
-        opts,
-        Arc::new(HookedCompaction {
-            hook: hook.clone(),
-            which: 0,
-            opened: AtomicUsize::new(0),
-        }),
-    )
-    .unwrap();
+    let (db, hook) = hooked_compactor(&path, saving, 0);
     // While the compaction copies, this process makes an Async commit (and keeps the lock).
     let (copying, copying_rx) = mpsc::channel::<()>();
     let (go, go_rx) = mpsc::channel::<()>();

@@ -64,20 +64,7 @@ fn spawn(role: &str, db: &Path, env: &[(&str, String)]) -> Kid {
 impl Kid {
     /// The next line the child prints that starts with `word`; panics if it exits first.
     fn expect(&mut self, word: &str) -> String {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let n = self.out.read_line(&mut line).unwrap();
-            assert!(
-                n > 0,
-                "child {} exited before printing {word:?}: {:?}",
-                self.role,
-                self.child.wait()
-            );
-            if line.starts_with(word) {
-                return line.trim().to_string();
-            }
-        }
+        self.expect_any(&[word])
     }
 
     /// The next line the child prints that starts with any of `words`.
@@ -88,7 +75,7 @@ impl Kid {
             let n = self.out.read_line(&mut line).unwrap();
             assert!(
                 n > 0,
-                "child {} exited before printing any of {words:?}: {:?}",
+                "child {} exited before printing a line starting with any of {words:?}: {:?}",
                 self.role,
                 self.child.wait()
             );
