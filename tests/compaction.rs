@@ -954,20 +954,16 @@ fn threshold_compaction_leaves_a_paced_load_alone_while_the_timer_looks() {
     }
 }
 
-/// Compaction's file-system operations, but the directory fsync after a rename (the switch's,
-/// before the new file is the handle's) fails while `fail` is set, and with `pause` set waits
-/// until `go` is.
+/// Compaction's file-system operations, but a directory fsync after a rename (the switch's)
+/// fails while `fail` is set.
 #[derive(Debug, Default)]
-struct SwitchDirSync {
+struct DirSyncFails {
     fail: std::sync::atomic::AtomicBool,
     renamed: std::sync::atomic::AtomicBool,
     failed: std::sync::atomic::AtomicUsize,
-    pause: std::sync::atomic::AtomicBool,
-    paused: std::sync::atomic::AtomicBool,
-    go: std::sync::atomic::AtomicBool,
 }
 
-impl larch::CompactionFs for SwitchDirSync {
+impl larch::CompactionFs for DirSyncFails {
     fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
         std::fs::rename(from, to)?;
         self.renamed
@@ -977,12 +973,6 @@ impl larch::CompactionFs for SwitchDirSync {
 
     fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
         use std::sync::atomic::Ordering::SeqCst;
-        if self.renamed.load(SeqCst) && self.pause.load(SeqCst) {
-            self.paused.store(true, SeqCst);
-            while !self.go.load(SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
         if self.fail.load(SeqCst) && self.renamed.load(SeqCst) {
             self.failed.fetch_add(1, SeqCst);
             return Err(std::io::Error::other("directory fsync refused by the test"));
@@ -998,10 +988,10 @@ fn switched_without_a_durable_name(
     path: &std::path::Path,
     as_process: bool,
     durability: Durability,
-) -> (std::sync::Arc<SwitchDirSync>, Db) {
+) -> (std::sync::Arc<DirSyncFails>, Db) {
     use std::sync::atomic::Ordering::SeqCst;
     drop(Db::open(path, Options::default()).unwrap());
-    let fs = std::sync::Arc::new(SwitchDirSync::default());
+    let fs = std::sync::Arc::new(DirSyncFails::default());
     let opts = Options::default()
         .durability(durability)
         .compaction_threshold(Some(0.3))
@@ -1120,7 +1110,7 @@ fn another_process_does_not_commit_durably_under_a_name_whose_directory_fsync_fa
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dirsync.larch");
     drop(Db::open(&path, Options::default()).unwrap());
-    let fs = std::sync::Arc::new(SwitchDirSync::default());
+    let fs = std::sync::Arc::new(DirSyncFails::default());
     let opts = Options::default()
         .durability(Durability::Sync)
         .compaction_threshold(Some(0.3))
@@ -1162,124 +1152,4 @@ fn another_process_does_not_commit_durably_under_a_name_whose_directory_fsync_fa
          file's name could not be synced"
     );
     drop(a);
-}
-
-/// A `Db::sync` that takes the old file just before a background switch makes the new one
-/// current: the switch has renamed the new file into place and reset the lock file to the
-/// new file's commits, whose txids start again lower. The sync published the old file's
-/// newest txid over that reset, so the lock file named a commit the database did not hold:
-/// `check` failed, and the next write transaction rebuilt its writer state from an older
-/// meta than its own, whose free-page count its trees then contradicted (the file refused
-/// writes). Every durability of the commits before it. A reader that begins meanwhile reads
-/// the old file's newest snapshot, registered in no lock-file slot (the old inode is never
-/// written again); also on a young file (`extra` 0), whose new file has the old one's txid.
-#[test]
-fn a_db_sync_racing_a_switch_does_not_publish_the_old_files_commits() {
-    use std::sync::atomic::Ordering::SeqCst;
-    for (durability, extra) in [
-        (Durability::Sync, 40usize),
-        (Durability::NoMetaSync, 40),
-        (Durability::Async, 40),
-        (Durability::Sync, 0),
-        (Durability::Async, 0),
-    ] {
-        let ctx = format!("{durability:?}, {extra} more commits");
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("race.larch");
-        {
-            let db = Db::open(&path, Options::default().durability(durability)).unwrap();
-            fill_20k(&db);
-            keep_one_in_ten(&db);
-            // With forty more commits the old file's txids run well past the new file's.
-            for i in 0..extra as u32 {
-                let tx = db.begin_write().unwrap();
-                tx.open_tree("t")
-                    .unwrap()
-                    .insert(&(i * 10).to_be_bytes(), b"new")
-                    .unwrap();
-                tx.commit().unwrap();
-            }
-        }
-        let fs = std::sync::Arc::new(SwitchDirSync::default());
-        fs.pause.store(true, SeqCst);
-        let opts = Options::default()
-            .durability(durability)
-            .compaction_threshold(Some(0.3))
-            .compaction_min_bytes(0)
-            .compaction_check_every(std::time::Duration::from_secs(3600));
-        let db = Db::open_with_storage_as_process_and_fs(
-            &path,
-            larch_testkit::file_storage,
-            opts,
-            fs.clone(),
-        )
-        .unwrap();
-        let before = contents(&db);
-        let old_txid = db.begin_read().unwrap().txid();
-        // db.sync looks at the threshold; wait for the switch to reach its directory fsync.
-        'started: for _ in 0..200 {
-            db.sync().unwrap();
-            for _ in 0..200 {
-                if fs.paused.load(SeqCst) {
-                    break 'started;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
-        assert!(
-            fs.paused.load(SeqCst),
-            "{ctx}: no switch reached its rename"
-        );
-        std::thread::scope(|s| {
-            let racing = s.spawn(|| db.sync());
-            let reading = s.spawn(|| db.begin_read().map(|rx| (rx.txid(), contents(&db))));
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            fs.go.store(true, SeqCst);
-            racing
-                .join()
-                .unwrap()
-                .unwrap_or_else(|e| panic!("{ctx}: the racing sync: {e}"));
-            let (txid, read) = reading
-                .join()
-                .unwrap()
-                .unwrap_or_else(|e| panic!("{ctx}: a reader during the switch: {e}"));
-            assert!(
-                read == before,
-                "{ctx}: a reader during the switch (txid {txid})"
-            );
-        });
-        db.wait_for_compaction()
-            .unwrap_or_else(|e| panic!("{ctx}: the switch: {e}"));
-        assert_eq!(db.compactions(), 1, "{ctx}");
-        let new_txid = db.begin_read().unwrap().txid();
-        assert!(
-            extra == 0 || new_txid < old_txid,
-            "{ctx}: the new file's txid is {new_txid}, the old file's was {old_txid}: \
-             nothing was tested"
-        );
-        db.check()
-            .unwrap_or_else(|e| panic!("{ctx}: check after the switch: {e}"));
-        assert!(contents(&db) == before, "{ctx}: the switch lost data");
-        for i in 0..5u32 {
-            let tx = db
-                .begin_write()
-                .unwrap_or_else(|e| panic!("{ctx}: write transaction {i} after the switch: {e}"));
-            tx.open_tree("t")
-                .unwrap()
-                .insert(&(i * 10 + 1).to_be_bytes(), b"after")
-                .unwrap();
-            tx.commit().unwrap();
-        }
-        db.check()
-            .unwrap_or_else(|e| panic!("{ctx}: check after commits on the new file: {e}"));
-        let after = contents(&db);
-        drop(db);
-        let db = Db::open(&path, Options::default()).unwrap();
-        db.check()
-            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
-        assert!(
-            contents(&db) == after,
-            "{ctx}: a commit is gone after reopen"
-        );
-    }
 }

@@ -4,19 +4,13 @@
 //! lock file to the new file's commits, and the lock file never names a commit the current
 //! file lacks (docs/format.md, "Compaction" and "The lock file").
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
 use larch::{Db, Durability, Options};
-
-type Model = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
-
-fn contents(db: &Db) -> Model {
-    contents_of(&db.begin_read().unwrap())
-}
+use larch_testkit::images::{contents, reader_contents};
 
 /// A file whose background compaction has much to give back: 20,000 entries, nine in ten
 /// then removed in one commit, then `extra` commits of one entry each (with forty, the old
@@ -201,13 +195,13 @@ impl larch::CompactionFs for DirSyncWaits {
     }
 }
 
-/// A handle as its own process with `fs`, whose background switch is paused in its
+/// A handle as its own process with `fs` and commits of `d`, whose background switch is paused in its
 /// directory fsync (the rename done, the lock file reset, the old file still current).
-fn paused_switch(path: &Path, fs: &Arc<DirSyncWaits>, ctx: &str) -> Db {
+fn paused_switch(path: &Path, fs: &Arc<DirSyncWaits>, d: Durability, ctx: &str) -> Db {
     let db = Db::open_with_storage_as_process_and_fs(
         path,
         larch_testkit::file_storage,
-        compacting(),
+        compacting().durability(d),
         fs.clone(),
     )
     .unwrap();
@@ -241,7 +235,7 @@ fn another_process_opening_during_a_paused_switch_sees_only_the_new_file() {
         let path = dir.path().join("attach.larch");
         mostly_free(&path, extra);
         let fs = Arc::new(DirSyncWaits::default());
-        let db = paused_switch(&path, &fs, &ctx);
+        let db = paused_switch(&path, &fs, Durability::Sync, &ctx);
         let before = contents(&db);
         let other = std::thread::scope(|s| {
             let opening = s.spawn(|| {
@@ -256,7 +250,7 @@ fn another_process_opening_during_a_paused_switch_sees_only_the_new_file() {
                 Ok::<_, larch::Error>(other)
             });
             let syncing = s.spawn(|| db.sync());
-            let reading = s.spawn(|| db.begin_read().map(|rx| contents_of(&rx)));
+            let reading = s.spawn(|| db.begin_read().map(|rx| reader_contents(&rx)));
             let writing = s.spawn(|| -> larch::Result<()> {
                 let tx = db.begin_write()?;
                 tx.open_tree("t")?.insert(b"mine", b"1")?;
@@ -309,22 +303,6 @@ fn another_process_opening_during_a_paused_switch_sees_only_the_new_file() {
     }
 }
 
-fn contents_of(rx: &larch::ReadTx) -> Model {
-    let mut m = Model::new();
-    for name in rx.tree_names().unwrap() {
-        let t = rx.open_tree(&name).unwrap();
-        m.insert(
-            name,
-            t.iter()
-                .unwrap()
-                .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())))
-                .collect::<Result<_, _>>()
-                .unwrap(),
-        );
-    }
-    m
-}
-
 /// While the switch is paused after its rename: an in-place `Db::compact`, Sync writers (with
 /// company, so group commit makes followers of them), a `Db::sync` and a reader that holds
 /// the old file across the switch, all of this process. The writers and the compaction wait
@@ -339,9 +317,9 @@ fn writers_compact_and_a_held_reader_racing_a_paused_switch() {
         let path = dir.path().join("writers.larch");
         mostly_free(&path, extra);
         let fs = Arc::new(DirSyncWaits::default());
-        let db = paused_switch(&path, &fs, &ctx);
+        let db = paused_switch(&path, &fs, Durability::Sync, &ctx);
         let held = db.begin_read().unwrap();
-        let before = contents_of(&held);
+        let before = reader_contents(&held);
         std::thread::scope(|s| {
             let compacting = s.spawn(|| db.compact().map(|_| ()));
             let writers: Vec<_> = (0..4u32)
@@ -379,7 +357,7 @@ fn writers_compact_and_a_held_reader_racing_a_paused_switch() {
             .unwrap_or_else(|e| panic!("{ctx}: the switch: {e}"));
         assert_eq!(db.compactions(), 1, "{ctx}");
         // The reader still reads the old file, as it began.
-        assert!(contents_of(&held) == before, "{ctx}: the held reader");
+        assert!(reader_contents(&held) == before, "{ctx}: the held reader");
         insert(&db, b"late", b"1");
         // The old file closes here (its last reference).
         drop(held);
@@ -424,6 +402,91 @@ fn writers_compact_and_a_held_reader_racing_a_paused_switch() {
             .unwrap_or_else(|e| panic!("{ctx}: check in the other process: {e}"));
         let after = contents(&db);
         drop((db, other));
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
+        assert!(
+            contents(&db) == after,
+            "{ctx}: a commit is gone after reopen"
+        );
+    }
+}
+
+/// A `Db::sync` that takes the old file just before a background switch makes the new one
+/// current: the switch has renamed the new file into place and reset the lock file to the
+/// new file's commits, whose txids start again lower. The sync published the old file's
+/// newest txid over that reset, so the lock file named a commit the database did not hold:
+/// readers and `check` failed, and the next write transaction rebuilt its writer state from
+/// an older meta than its own, whose free-page count its trees then contradicted (the file
+/// refused writes). Commits of every durability after it. A reader that begins meanwhile
+/// reads the old file's newest snapshot, registered in no lock-file slot (the old inode is
+/// never written again); also on a young file (`extra` 0), whose new file has the old one's
+/// txid.
+#[test]
+fn a_db_sync_racing_a_switch_does_not_publish_the_old_files_commits() {
+    for (d, extra) in [
+        (Durability::Sync, 40),
+        (Durability::NoMetaSync, 40),
+        (Durability::Async, 40),
+        (Durability::Sync, 0),
+        (Durability::Async, 0),
+    ] {
+        let ctx = format!("{d:?}, {extra} more commits");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("race.larch");
+        mostly_free(&path, extra);
+        let fs = Arc::new(DirSyncWaits::default());
+        let old_txid = {
+            let db = Db::open(&path, Options::default()).unwrap();
+            let t = db.begin_read().unwrap().txid();
+            t
+        };
+        let db = paused_switch(&path, &fs, d, &ctx);
+        let before = contents(&db);
+        std::thread::scope(|s| {
+            let racing = s.spawn(|| db.sync());
+            let reading = s.spawn(|| db.begin_read().map(|rx| (rx.txid(), contents(&db))));
+            std::thread::sleep(Duration::from_millis(100));
+            fs.go.store(true, SeqCst);
+            racing
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: the racing sync: {e}"));
+            let (txid, read) = reading
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: a reader during the switch: {e}"));
+            assert!(
+                read == before,
+                "{ctx}: a reader during the switch (txid {txid})"
+            );
+        });
+        db.wait_for_compaction()
+            .unwrap_or_else(|e| panic!("{ctx}: the switch: {e}"));
+        assert_eq!(db.compactions(), 1, "{ctx}");
+        let new_txid = db.begin_read().unwrap().txid();
+        assert!(
+            extra == 0 || new_txid < old_txid,
+            "{ctx}: the new file's txid is {new_txid}, the old file's was {old_txid}: \
+             nothing was tested"
+        );
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after the switch: {e}"));
+        assert!(contents(&db) == before, "{ctx}: the switch lost data");
+        for i in 0..5u32 {
+            let tx = db
+                .begin_write()
+                .unwrap_or_else(|e| panic!("{ctx}: write transaction {i} after the switch: {e}"));
+            tx.open_tree("t")
+                .unwrap()
+                .insert(&(i * 10 + 1).to_be_bytes(), b"after")
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after commits on the new file: {e}"));
+        let after = contents(&db);
+        drop(db);
         let db = Db::open(&path, Options::default()).unwrap();
         db.check()
             .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
