@@ -221,6 +221,22 @@ fn paused_switch(path: &Path, fs: &Arc<DirSyncWaits>, d: Durability, ctx: &str) 
     db
 }
 
+/// [`paused_switch`] of a new [`mostly_free`] file `NAME.larch` with `extra` commits in a new
+/// directory (returned: it goes with the file).
+fn paused_switch_of(
+    name: &str,
+    extra: u32,
+    d: Durability,
+    ctx: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, Arc<DirSyncWaits>, Db) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("{name}.larch"));
+    mostly_free(&path, extra);
+    let fs = Arc::new(DirSyncWaits::default());
+    let db = paused_switch(&path, &fs, d, ctx);
+    (dir, path, fs, db)
+}
+
 /// Another process opens while the switch is paused after its rename (it attaches once the
 /// switch shares the attach byte again, and waits for the writer lock the switch holds),
 /// while this process syncs, reads and commits on threads that took the old file. The other
@@ -231,11 +247,7 @@ fn paused_switch(path: &Path, fs: &Arc<DirSyncWaits>, d: Durability, ctx: &str) 
 fn another_process_opening_during_a_paused_switch_sees_only_the_new_file() {
     for extra in [0u32, 40] {
         let ctx = format!("{extra} more commits");
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("attach.larch");
-        mostly_free(&path, extra);
-        let fs = Arc::new(DirSyncWaits::default());
-        let db = paused_switch(&path, &fs, Durability::Sync, &ctx);
+        let (_dir, path, fs, db) = paused_switch_of("attach", extra, Durability::Sync, &ctx);
         let before = contents(&db);
         let other = std::thread::scope(|s| {
             let opening = s.spawn(|| {
@@ -313,11 +325,7 @@ fn another_process_opening_during_a_paused_switch_sees_only_the_new_file() {
 fn writers_compact_and_a_held_reader_racing_a_paused_switch() {
     for extra in [0u32, 40] {
         let ctx = format!("{extra} more commits");
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("writers.larch");
-        mostly_free(&path, extra);
-        let fs = Arc::new(DirSyncWaits::default());
-        let db = paused_switch(&path, &fs, Durability::Sync, &ctx);
+        let (_dir, path, fs, db) = paused_switch_of("writers", extra, Durability::Sync, &ctx);
         let held = db.begin_read().unwrap();
         let before = reader_contents(&held);
         std::thread::scope(|s| {
@@ -432,16 +440,9 @@ fn a_db_sync_racing_a_switch_does_not_publish_the_old_files_commits() {
         (Durability::Async, 0),
     ] {
         let ctx = format!("{d:?}, {extra} more commits");
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("race.larch");
-        mostly_free(&path, extra);
-        let fs = Arc::new(DirSyncWaits::default());
-        let old_txid = {
-            let db = Db::open(&path, Options::default()).unwrap();
-            let t = db.begin_read().unwrap().txid();
-            t
-        };
-        let db = paused_switch(&path, &fs, d, &ctx);
+        let (_dir, path, fs, db) = paused_switch_of("race", extra, d, &ctx);
+        // Still the old file's (the switch waits in its directory fsync).
+        let old_txid = db.begin_read().unwrap().txid();
         let before = contents(&db);
         std::thread::scope(|s| {
             let racing = s.spawn(|| db.sync());
