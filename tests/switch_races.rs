@@ -497,3 +497,144 @@ fn a_db_sync_racing_a_switch_does_not_publish_the_old_files_commits() {
         );
     }
 }
+
+/// The switch races at random, not only at the pause above: one thread commits (of every
+/// durability, under Null, so the threshold is crossed every few dozen commits) and now and
+/// then has a second process open the file, commit and close; beside it, threads that sync,
+/// hold snapshots across switches (each must read the same on every look), and tick the
+/// compaction timer on the file a held snapshot took, which is often one a switch has left.
+/// Every check, the handle's contents, the second process's view and the file after both
+/// closed hold every commit. `LARCH_SWITCH_RACES` sets the seeds (default 2).
+#[test]
+fn threads_and_a_second_process_across_many_switches_keep_every_commit() {
+    let seeds: u64 = std::env::var("LARCH_SWITCH_RACES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    for seed in 1..=seeds {
+        let ctx = format!("seed {seed}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("random.larch");
+        drop(Db::open(&path, Options::default()).unwrap());
+        let opts = compacting()
+            .policy(larch::Policy::Null)
+            .compaction_threshold(Some(0.25));
+        let db =
+            Db::open_with_storage_as_process(&path, larch_testkit::file_storage, opts).unwrap();
+        let mut model = larch_testkit::images::Model::new();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let syncing = s.spawn(|| -> larch::Result<u64> {
+                let mut n = 0;
+                while !stop.load(SeqCst) {
+                    db.sync()?;
+                    n += 1;
+                    std::thread::sleep(Duration::from_micros(200 + n % 5 * 200));
+                }
+                Ok(n)
+            });
+            let watching = s.spawn(|| -> larch::Result<u64> {
+                let mut looks = 0;
+                while !stop.load(SeqCst) {
+                    let rx = db.begin_read()?;
+                    let first = reader_contents(&rx);
+                    for _ in 0..4 {
+                        std::thread::sleep(Duration::from_millis(2));
+                        // The timer, with the file this snapshot took.
+                        db.compaction_timer_tick_on(&rx);
+                        assert!(reader_contents(&rx) == first, "a held snapshot changed");
+                        looks += 1;
+                    }
+                }
+                Ok(looks)
+            });
+            // Stops the other threads however this one ends (a panic here must fail the
+            // test, not leave them looping).
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, SeqCst);
+                }
+            }
+            let stopping = Stop(&stop);
+            let mut rng = larch_testkit::Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            for i in 0..400u64 {
+                let d = [Durability::Sync, Durability::NoMetaSync, Durability::Async]
+                    [rng.below(3) as usize];
+                let mut tx = db.begin_write().unwrap();
+                tx.set_durability(d);
+                let t = model.entry("t".to_string()).or_default();
+                {
+                    let mut tree = tx.open_tree("t").unwrap();
+                    for _ in 0..1 + rng.below(20) {
+                        let k = format!("k{:04}", rng.below(500)).into_bytes();
+                        let v = vec![rng.below(256) as u8; 50 + rng.below(300) as usize];
+                        tree.insert(&k, &v).unwrap();
+                        t.insert(k, v);
+                    }
+                }
+                tx.commit()
+                    .unwrap_or_else(|e| panic!("{ctx}: commit {i}: {e}"));
+                if i % 60 == 59 {
+                    // A second process: it waits for the writer lock this one keeps over
+                    // unsynced commits until the syncing thread makes them durable.
+                    let other = Db::open_with_storage_as_process(
+                        &path,
+                        larch_testkit::file_storage,
+                        Options::default(),
+                    )
+                    .unwrap_or_else(|e| panic!("{ctx}: the second process's open at {i}: {e}"));
+                    assert!(
+                        contents(&other) == model,
+                        "{ctx}: the second process sees another state at {i}"
+                    );
+                    let tx = other.begin_write().unwrap();
+                    let v = i.to_be_bytes().to_vec();
+                    tx.open_tree("t").unwrap().insert(b"other", &v).unwrap();
+                    tx.commit().unwrap();
+                    model
+                        .entry("t".to_string())
+                        .or_default()
+                        .insert(b"other".to_vec(), v);
+                    other
+                        .check()
+                        .unwrap_or_else(|e| panic!("{ctx}: check in the second process: {e}"));
+                }
+                if i % 50 == 49 {
+                    db.check()
+                        .unwrap_or_else(|e| panic!("{ctx}: check after commit {i}: {e}"));
+                    assert!(contents(&db) == model, "{ctx}: contents after commit {i}");
+                }
+            }
+            drop(stopping);
+            let syncs = syncing
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: sync: {e}"));
+            let looks = watching
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{ctx}: a reader: {e}"));
+            assert!(
+                syncs > 0 && looks > 0,
+                "{ctx}: {syncs} syncs, {looks} looks"
+            );
+        });
+        db.wait_for_compaction()
+            .unwrap_or_else(|e| panic!("{ctx}: the last compaction: {e}"));
+        let switched = db.compactions();
+        assert!(switched >= 3, "{ctx}: {switched} switches: too few to race");
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check at the end: {e}"));
+        assert!(contents(&db) == model, "{ctx}: the handle lost a commit");
+        drop(db);
+        let db = Db::open(&path, Options::default()).unwrap();
+        db.check()
+            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
+        assert!(
+            contents(&db) == model,
+            "{ctx}: a commit is gone after reopen"
+        );
+        eprintln!("{ctx}: {switched} switches");
+    }
+}
