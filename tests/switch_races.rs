@@ -44,6 +44,17 @@ fn mostly_free(path: &Path, extra: u32) {
     }
 }
 
+/// The file at `path`, opened again after every handle closed, checks clean and holds `want`.
+fn reopened_holds(path: &Path, want: &larch_testkit::images::Model, ctx: &str) {
+    let db = Db::open(path, Options::default()).unwrap();
+    db.check()
+        .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
+    assert!(
+        contents(&db) == *want,
+        "{ctx}: a commit is gone after reopen"
+    );
+}
+
 /// Options that compact `mostly_free`'s file at the first look (`Db::sync` looks), with the
 /// handle's own timer out of the way.
 fn compacting() -> Options {
@@ -305,13 +316,7 @@ fn another_process_opening_during_a_paused_switch_sees_only_the_new_file() {
         let after = contents(&db);
         assert!(contents(&other) == after, "{ctx}: the two processes differ");
         drop((db, other));
-        let db = Db::open(&path, Options::default()).unwrap();
-        db.check()
-            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
-        assert!(
-            contents(&db) == after,
-            "{ctx}: a commit is gone after reopen"
-        );
+        reopened_holds(&path, &after, &ctx);
     }
 }
 
@@ -410,13 +415,7 @@ fn writers_compact_and_a_held_reader_racing_a_paused_switch() {
             .unwrap_or_else(|e| panic!("{ctx}: check in the other process: {e}"));
         let after = contents(&db);
         drop((db, other));
-        let db = Db::open(&path, Options::default()).unwrap();
-        db.check()
-            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
-        assert!(
-            contents(&db) == after,
-            "{ctx}: a commit is gone after reopen"
-        );
+        reopened_holds(&path, &after, &ctx);
     }
 }
 
@@ -488,13 +487,7 @@ fn a_db_sync_racing_a_switch_does_not_publish_the_old_files_commits() {
             .unwrap_or_else(|e| panic!("{ctx}: check after commits on the new file: {e}"));
         let after = contents(&db);
         drop(db);
-        let db = Db::open(&path, Options::default()).unwrap();
-        db.check()
-            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
-        assert!(
-            contents(&db) == after,
-            "{ctx}: a commit is gone after reopen"
-        );
+        reopened_holds(&path, &after, &ctx);
     }
 }
 
@@ -628,13 +621,7 @@ fn threads_and_a_second_process_across_many_switches_keep_every_commit() {
             .unwrap_or_else(|e| panic!("{ctx}: check at the end: {e}"));
         assert!(contents(&db) == model, "{ctx}: the handle lost a commit");
         drop(db);
-        let db = Db::open(&path, Options::default()).unwrap();
-        db.check()
-            .unwrap_or_else(|e| panic!("{ctx}: check after reopen: {e}"));
-        assert!(
-            contents(&db) == model,
-            "{ctx}: a commit is gone after reopen"
-        );
+        reopened_holds(&path, &model, &ctx);
         eprintln!("{ctx}: {switched} switches");
     }
 }
