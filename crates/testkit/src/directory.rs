@@ -15,11 +15,12 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use larch::{CompactionFs, Storage, WriteMode};
 
 use crate::images::{land, Image};
-use crate::recording::{IoLog, IoOp, Recording};
+use crate::recording::{IoLog, IoOp, Recording, SyncRecorded};
 use crate::Rng;
 
 /// One operation on the directory or on one of its files.
@@ -121,12 +122,25 @@ pub struct RecordingFs {
     pub log: Arc<Log>,
     /// A directory operation that fails on purpose, if any.
     pub fault: Option<DirFault>,
+    /// How long each sync of a file it makes takes (entering the log at its end).
+    pub sync_delay: Duration,
 }
 
 impl RecordingFs {
     /// Every operation performed and logged.
     pub fn new(log: Arc<Log>) -> RecordingFs {
-        RecordingFs { log, fault: None }
+        RecordingFs {
+            log,
+            fault: None,
+            sync_delay: Duration::ZERO,
+        }
+    }
+
+    /// Each sync of a file it makes takes `delay`, as `Recording::sync_delay` (the log
+    /// entry at the sync's end): threads of the handle pile up behind it as on a disk.
+    pub fn sync_delay(mut self, delay: Duration) -> RecordingFs {
+        self.sync_delay = delay;
+        self
     }
 
     /// The `at`-th (from 1) link, rename, removal or directory sync fails, and with `sticky`
@@ -142,6 +156,7 @@ impl RecordingFs {
         RecordingFs {
             log,
             fault: Some(fault),
+            sync_delay: Duration::ZERO,
         }
     }
 
@@ -208,7 +223,7 @@ impl CompactionFs for RecordingFs {
                 id
             }
         };
-        Box::new(recording(file, id, &self.log))
+        Box::new(recording(file, id, &self.log).sync_delay(self.sync_delay, SyncRecorded::AtEnd))
     }
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.turn("hard_link")?;
