@@ -1,0 +1,762 @@
+//! Power cuts while threads of one process race its background compaction switches
+//! (docs/format.md, "Several processes" and "Compaction"). tests/crash_processes.rs drives one
+//! call at a time from one thread, so it cannot reach a race between threads of a process: a
+//! `Db::sync` that took the old file just before a switch reset the lock file, then published
+//! the old file's (higher) txid over it, and the lock file named a commit the database did not
+//! hold (tests/switch_races.rs pauses the switch to hit it; this test comes upon it at random).
+//!
+//! One simulated process (`Db::open_with_storage_as_process_and_fs`) commits on the main
+//! thread, under every durability, with a compaction threshold low enough that background
+//! compactions copy and switch the file every dozen commits or so. Beside it: a thread that
+//! calls `Db::sync` every few hundred microseconds; a thread that begins snapshots, checks
+//! them, holds them across commits and switches and ticks the compaction timer on the file
+//! they took (often one a switch has left); on odd seeds a thread of Sync commits (with the
+//! main thread's, group commits). Now and then a second process opens the file, commits under
+//! any durability, syncs and closes. File syncs take 60 µs and directory fsyncs up to 1.5 ms,
+//! so calls pile up as on a disk, and the helpers' pauses end when a switch renames its file
+//! into place: their calls land in the window between the lock file's reset and the new file
+//! becoming the handle's. Every write, sync and resize of every file and every directory
+//! operation goes to one ordered log (larch-testkit's `directory`). Each acknowledgement is
+//! recorded with the log's length when its call returned; a `Db::sync` that returns
+//! acknowledges as durable every commit of its process whose `commit()` returned before the
+//! sync began.
+//!
+//! Each commit writes a sequence number into its tree, so a state is known by its contents
+//! whichever file and txid hold it (with threads, the txid a switch gives the copy cannot be
+//! told from outside). Every write transaction must start from the newest commit; every
+//! snapshot must show a commit no older than those of its process that returned before it
+//! began, and the same while held. Every sixth step, with the other threads held off (a
+//! background compaction may run; the check waits out a switch between its rename and its
+//! lock-file reset), the lock file must name no commit newer than the database's newest meta,
+//! and that never goes back. Every cut of the log (images DurableOnly, Everything and Random,
+//! as tests/crash_processes.rs) must open, check clean, show a whole committed state no older
+//! than the newest one acknowledged durable, and take a new commit.
+//!
+//! The threads' interleaving is not replayable: a seed fixes the main thread's choices and the
+//! helpers' pauses only. `LARCH_THREAD_CUTS` sets the number of seeds (default 4: each
+//! combination of the committing thread and a low free-map cap).
+
+mod support;
+use larch_testkit::directory::{self, Log, Op, RecordingFs};
+use support::images::{contents, normalize, takes_a_commit, Image, Model};
+use support::recording::{open_rw, IoOp, SyncRecorded};
+use support::{scratch_dir, Rng};
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use larch::raw::{Meta, META_SIZE};
+use larch::{CompactionFs, Db, Durability, Error, Options, ReadTx, Storage, WriteMode, WriteTx};
+
+const DB: &str = "db.larch";
+
+/// The key of tree "t" that numbers the commits: commit n writes n.
+const SEQ: &[u8] = b"seq";
+
+type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// From when a cut must show an acknowledged commit (or a newer one).
+#[derive(Clone, Copy, Debug)]
+enum Durable {
+    /// From the acknowledgement on (a Sync commit, a `Db::sync`).
+    AtOnce,
+    /// From the first sync of this file (by its number in the log) after it: a NoMetaSync
+    /// commit, whose meta is in that file.
+    AtSyncOf(usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Ack {
+    /// Operations in the log when the call returned (or later: never earlier).
+    done: usize,
+    /// The commit (by its sequence number) it acknowledged.
+    seq: u64,
+    durable: Durable,
+    what: &'static str,
+}
+
+/// What the threads share while a seed runs.
+struct Run {
+    path: PathBuf,
+    log: Arc<Log>,
+    page_size: usize,
+    /// Every committed state by sequence number; a commit's is entered before its
+    /// `commit()` (a cut may open it once its meta is written).
+    states: Mutex<BTreeMap<u64, Tree>>,
+    acks: Mutex<Vec<Ack>>,
+    /// The newest commit of the first process whose `commit()` has returned.
+    returned: AtomicU64,
+    stop: AtomicBool,
+    /// The helper threads hold it shared around each call; the main thread exclusively while
+    /// it looks at the lock file with nothing running.
+    quiet: RwLock<()>,
+    label: String,
+    syncs: AtomicUsize,
+    /// Where a switch of the first process is.
+    switches: Arc<Switches>,
+    /// `Db::sync` calls begun in that window.
+    syncs_in_switches: AtomicUsize,
+    snapshots: AtomicUsize,
+    ticks: AtomicUsize,
+    helper_commits: AtomicUsize,
+    /// Second-process sessions (open, commits, sync, close).
+    sessions: AtomicUsize,
+}
+
+impl Run {
+    fn ack(&self, done: usize, seq: u64, durable: Durable, what: &'static str) {
+        self.acks.lock().unwrap().push(Ack {
+            done,
+            seq,
+            durable,
+            what,
+        });
+    }
+
+    /// The file the database's name is now, by number.
+    fn current(&self) -> usize {
+        self.log.file_named(&self.path)
+    }
+
+    /// A process of the database: each file's writes, syncs and resizes, and compaction's
+    /// files and directory operations, go to the log.
+    fn open_process(&self, opts: Options) -> larch::Result<Db> {
+        let log = self.log.clone();
+        // Called once the opener is attached and holds the writer lock: no switch is under way
+        // (it holds the attach byte exclusively across its rename), so the name is this file.
+        let storage = move |p: &Path| -> Box<dyn Storage> {
+            let id = log.file_named(p);
+            Box::new(slow(directory::recording(open_rw(p), id, &log)))
+        };
+        let fs = Arc::new(SlowFs {
+            inner: RecordingFs::new(self.log.clone()).sync_delay(SYNC_TAKES),
+            dir_syncs: AtomicU64::new(0),
+            switches: self.switches.clone(),
+        });
+        Db::open_with_storage_as_process_and_fs(&self.path, storage, opts, fs)
+    }
+}
+
+/// A file's syncs take a while, as on a disk: threads pile up behind them (group commits, a
+/// `Db::sync` waiting for the durability lock), and calls overlap more.
+fn slow(r: support::recording::Recording<Op>) -> support::recording::Recording<Op> {
+    r.sync_delay(SYNC_TAKES, SyncRecorded::AtEnd)
+}
+
+/// How long a file's sync takes.
+const SYNC_TAKES: Duration = Duration::from_micros(60);
+
+/// Compaction's files and directory operations, recorded, with a directory fsync that takes
+/// up to 1.5 ms: the one after a switch's rename comes after the lock file's reset and before
+/// the new file is the handle's, the window in which a thread that took the old file must
+/// not publish its commits.
+#[derive(Debug)]
+struct SlowFs {
+    inner: RecordingFs,
+    /// Directory fsyncs so far (their lengths vary with it).
+    dir_syncs: AtomicU64,
+    switches: Arc<Switches>,
+}
+
+/// Where a switch of the first process is, as its file-system calls show it.
+#[derive(Debug, Default)]
+struct Switches {
+    /// Odd from just before a rename until the directory fsync after it begins: the switch
+    /// resets the lock file to the new file's commits in between, and until then the lock
+    /// file names the old file's while the name is the new file.
+    resetting: AtomicU64,
+    /// From a rename to the end of the directory fsync after it: the lock file names the new
+    /// file's commits, the handle's file is still the old one.
+    window: AtomicBool,
+}
+
+impl CompactionFs for SlowFs {
+    fn storage(&self, path: &Path, file: File, mode: WriteMode) -> Box<dyn Storage> {
+        self.inner.storage(path, file, mode)
+    }
+    fn hard_link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.hard_link(from, to)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.switches.resetting.fetch_add(1, SeqCst);
+        let r = self.inner.rename(from, to);
+        if r.is_ok() {
+            self.switches.window.store(true, SeqCst);
+        } else {
+            self.switches.resetting.fetch_add(1, SeqCst);
+        }
+        r
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        let r = &self.switches.resetting;
+        // The reset is done (a switch resets the lock file before its directory fsync).
+        let _ = r.fetch_update(SeqCst, SeqCst, |g| (g % 2 == 1).then_some(g + 1));
+        let us = Rng(self.dir_syncs.fetch_add(1, SeqCst) * 7919 + 1).below(1500);
+        std::thread::sleep(Duration::from_micros(us));
+        let r = self.inner.sync_dir(dir);
+        self.switches.window.store(false, SeqCst);
+        r
+    }
+}
+
+/// Stops the run however a thread ends (a panic in one must fail the test, not leave the
+/// others looping or waiting).
+struct Stop<'a>(&'a AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key-{i:03}").into_bytes()
+}
+
+fn seq_of(t: &Tree) -> u64 {
+    t.get(SEQ)
+        .map_or(0, |v| u64::from_be_bytes(v[..].try_into().unwrap()))
+}
+
+/// Tree "t" as a write transaction sees it.
+fn tree_in(tx: &WriteTx) -> larch::Result<Tree> {
+    let t = tx.open_tree("t")?;
+    let mut m = Tree::new();
+    for e in t.iter()? {
+        let (k, v) = e?;
+        m.insert(k.to_vec(), v.to_vec());
+    }
+    Ok(m)
+}
+
+/// Tree "t" of a snapshot.
+fn tree_of(rx: &ReadTx) -> Tree {
+    match rx.open_tree("t") {
+        Ok(t) => t
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.to_vec(), v.to_vec())
+            })
+            .collect(),
+        Err(_) => Tree::new(),
+    }
+}
+
+/// The newest txid among the valid metas of the database file `file` whose pages it holds
+/// (what an opener takes).
+fn newest_meta(file: &File, page_size: usize) -> u64 {
+    let len = file.metadata().unwrap().len();
+    (0..2u64)
+        .filter_map(|slot| {
+            let mut b = vec![0u8; META_SIZE];
+            file.read_exact_at(&mut b, slot * page_size as u64).ok()?;
+            let m = Meta::decode(&b).ok()?;
+            (m.high_water * u64::from(m.page_size) <= len).then_some(m.txid)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The newest commit the lock file of `path` names, if any.
+fn published(path: &Path) -> Option<u64> {
+    let b = std::fs::read(format!("{}-lock", path.display())).ok()?;
+    u64::from_ne_bytes(b.get(40..48)?.try_into().ok()?).checked_sub(1)
+}
+
+/// A commit on `db` of durability `d`: it must start from the newest committed state, and
+/// writes the next sequence number with a few random changes (some overflow values, so
+/// pages die fast). Returns its sequence number.
+fn commit(run: &Run, db: &Db, d: Durability, rng: &mut Rng, who: &str) -> u64 {
+    let file = run.current();
+    let mut tx = db
+        .begin_write()
+        .unwrap_or_else(|e| panic!("{}, {who}: begin_write: {e}", run.label));
+    tx.set_durability(d);
+    let txid = tx.txid();
+    let seen = tree_in(&tx).unwrap_or_else(|e| panic!("{}, {who}: read: {e}", run.label));
+    let seq = seq_of(&seen);
+    let mut next = seen.clone();
+    {
+        let mut states = run.states.lock().unwrap();
+        let (&newest, want) = states.last_key_value().unwrap();
+        assert!(
+            seq == newest && seen == *want,
+            "{}, {who}: txid {txid} starts from commit {seq}, not from the newest, {newest} \
+             (or not from its contents)",
+            run.label
+        );
+        let mut t = tx.open_tree("t").unwrap();
+        for _ in 0..1 + rng.below(4) {
+            let k = key(rng.below(40));
+            if rng.below(4) == 0 {
+                t.remove(&k).unwrap();
+                next.remove(&k);
+            } else {
+                let len = if rng.below(4) == 0 { 6000 } else { 40 };
+                let v = vec![rng.below(256) as u8; len];
+                t.insert(&k, &v).unwrap();
+                next.insert(k, v);
+            }
+        }
+        let s = (seq + 1).to_be_bytes().to_vec();
+        t.insert(SEQ, &s).unwrap();
+        next.insert(SEQ.to_vec(), s);
+        states.insert(seq + 1, next);
+    }
+    tx.commit()
+        .unwrap_or_else(|e| panic!("{}, {who}: commit of txid {txid}: {e}", run.label));
+    let done = run.log.len();
+    match d {
+        Durability::Sync => run.ack(done, seq + 1, Durable::AtOnce, "Sync commit"),
+        // Its meta is in the file it began on unless a switch came between.
+        Durability::NoMetaSync if run.current() == file => {
+            run.ack(done, seq + 1, Durable::AtSyncOf(file), "NoMetaSync commit")
+        }
+        _ => {}
+    }
+    seq + 1
+}
+
+/// `Db::sync` of the first process; acknowledges every commit of it that returned before.
+fn sync(run: &Run, db: &Db, who: &str) {
+    let covered = run.returned.load(SeqCst);
+    let racing = run.switches.window.load(SeqCst);
+    db.sync()
+        .unwrap_or_else(|e| panic!("{}, {who}: Db::sync: {e}", run.label));
+    let done = run.log.len();
+    run.ack(done, covered, Durable::AtOnce, "Db::sync");
+    run.syncs.fetch_add(1, SeqCst);
+    if racing {
+        run.syncs_in_switches.fetch_add(1, SeqCst);
+    }
+}
+
+/// Sleep up to `max`, less if a switch renames its file into place meanwhile: the helpers'
+/// pauses end there at once, so their calls often land in the switch's window (after the
+/// lock file's reset, before the new file is the handle's) however fast the main thread is.
+fn pause(run: &Run, max: Duration) {
+    let was = run.switches.window.load(SeqCst);
+    let end = std::time::Instant::now() + max;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= end || (!was && run.switches.window.load(SeqCst)) {
+            return;
+        }
+        std::thread::sleep((end - now).min(Duration::from_micros(50)));
+    }
+}
+
+/// The helper that syncs.
+fn syncing(run: &Run, db: &Db, mut rng: Rng, _stop: Stop) {
+    while !run.stop.load(SeqCst) {
+        {
+            let _q = run.quiet.read().unwrap();
+            sync(run, db, "the syncing thread");
+        }
+        pause(run, Duration::from_micros(100 + rng.below(800)));
+    }
+}
+
+/// The helper that reads: each snapshot shows a committed state no older than the commits
+/// of its process that returned before it began, and the same on every look while held
+/// across commits and switches; the compaction timer ticks on the file it took.
+fn reading(run: &Run, db: &Db, mut rng: Rng, _stop: Stop) {
+    while !run.stop.load(SeqCst) {
+        let _q = run.quiet.read().unwrap();
+        let floor = run.returned.load(SeqCst);
+        let rx = db
+            .begin_read()
+            .unwrap_or_else(|e| panic!("{}, a reader: begin_read: {e}", run.label));
+        let first = tree_of(&rx);
+        let seq = seq_of(&first);
+        assert!(
+            seq >= floor,
+            "{}: a snapshot (txid {}) shows commit {seq}, older than commit {floor}, which \
+             returned before it began",
+            run.label,
+            rx.txid()
+        );
+        assert!(
+            run.states.lock().unwrap().get(&seq) == Some(&first),
+            "{}: a snapshot (txid {}) shows commit {seq} with other contents",
+            run.label,
+            rx.txid()
+        );
+        run.snapshots.fetch_add(1, SeqCst);
+        for _ in 0..rng.below(4) {
+            pause(run, Duration::from_micros(200 + rng.below(1000)));
+            if rng.below(2) == 0 {
+                db.compaction_timer_tick_on(&rx);
+                run.ticks.fetch_add(1, SeqCst);
+            }
+            assert!(
+                tree_of(&rx) == first,
+                "{}: snapshot of commit {seq} (txid {}) changed while held",
+                run.label,
+                rx.txid()
+            );
+        }
+        drop(rx);
+        drop(_q);
+        pause(run, Duration::from_micros(rng.below(300)));
+    }
+}
+
+/// The helper that commits (Sync: with the main thread's Sync commits, group commits).
+fn committing(run: &Run, db: &Db, mut rng: Rng, _stop: Stop) {
+    while !run.stop.load(SeqCst) {
+        {
+            let _q = run.quiet.read().unwrap();
+            let seq = commit(run, db, Durability::Sync, &mut rng, "the committing thread");
+            run.returned.fetch_max(seq, SeqCst);
+            run.helper_commits.fetch_add(1, SeqCst);
+        }
+        pause(run, Duration::from_micros(300 + rng.below(1500)));
+    }
+}
+
+/// A second process opens the file, commits, syncs and closes; the first process's threads go
+/// on meanwhile (its compactions are refused while the second is attached).
+fn second_process(run: &Run, first: &Db, rng: &mut Rng) {
+    // The first process keeps the writer lock over its Async commits until it syncs: the open
+    // would wait for the syncing thread, forever if that one died.
+    sync(run, first, "the main thread");
+    let floor = run.returned.load(SeqCst);
+    let db = run
+        .open_process(Options::default())
+        .unwrap_or_else(|e| panic!("{}, the second process: open: {e}", run.label));
+    // The first process's committing thread may commit meanwhile: a state no older than its
+    // commits that returned before the open.
+    let rx = db.begin_read().unwrap();
+    let seen = tree_of(&rx);
+    let seq = seq_of(&seen);
+    assert!(
+        seq >= floor && run.states.lock().unwrap().get(&seq) == Some(&seen),
+        "{}: the second process opened at commit {seq} (txid {}), not at one no older than \
+         {floor} with its contents",
+        run.label,
+        rx.txid()
+    );
+    drop(rx);
+    let mut last = 0;
+    for _ in 0..1 + rng.below(3) {
+        let d =
+            [Durability::Sync, Durability::NoMetaSync, Durability::Async][rng.below(3) as usize];
+        last = commit(run, &db, d, rng, "the second process");
+    }
+    db.sync()
+        .unwrap_or_else(|e| panic!("{}, the second process: Db::sync: {e}", run.label));
+    run.ack(
+        run.log.len(),
+        last,
+        Durable::AtOnce,
+        "second process's sync",
+    );
+    drop(db);
+    run.sessions.fetch_add(1, SeqCst);
+}
+
+/// The lock file names no commit newer than the database's newest meta (none the database
+/// does not hold), and the newest commit of the file the database's name is never goes back
+/// from `high_mark`; the new high mark. Looked at between switches, or over again: a switch
+/// renames its file into place before it resets the lock file to that file's commits.
+fn check_lock_file(run: &Run, step: usize, high_mark: (usize, u64)) -> (usize, u64) {
+    for _ in 0..20_000 {
+        let g = run.switches.resetting.load(SeqCst);
+        if g % 2 == 1 {
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        }
+        // The lock file first: a commit after it only makes the meta newer.
+        let named = published(&run.path);
+        let id = run.current();
+        let newest = newest_meta(&File::open(&run.path).unwrap(), run.page_size);
+        if run.switches.resetting.load(SeqCst) != g {
+            continue;
+        }
+        assert!(
+            named.is_none_or(|p| p <= newest),
+            "{}: after step {step} the lock file names commit {named:?}, but the database's \
+             newest meta (file {id}) is {newest}",
+            run.label
+        );
+        let now = (id, newest);
+        assert!(
+            now >= high_mark,
+            "{}: the file's newest commit went back from {high_mark:?} to {now:?} without a \
+             power cut",
+            run.label
+        );
+        return now;
+    }
+    panic!(
+        "{}: after step {step}, a switch renamed its file into place a second ago and has not \
+         reset the lock file (no directory fsync since)",
+        run.label
+    )
+}
+
+/// Everything a seed recorded.
+struct Trace {
+    initial: Vec<Vec<u8>>,
+    ops: Vec<Op>,
+    states: BTreeMap<u64, Tree>,
+    acks: Vec<Ack>,
+    page_size: usize,
+    switches: u64,
+}
+
+/// One seed: `steps` steps of the main thread, the helpers beside it.
+fn run(label: &str, seed: u64, steps: usize, dir: &Path) -> (Trace, Run) {
+    let path = dir.join(DB);
+    let opts = Options::default()
+        .compaction_threshold(Some(0.1))
+        .compaction_min_bytes(0)
+        .compaction_check_every(Duration::from_secs(3600));
+    // Half the seeds carry at most 16 free-map bits: commits save the map and leave it behind
+    // while compactions copy and switch.
+    let opts = if seed % 4 >= 2 {
+        opts.carried_max_bits(16)
+    } else {
+        opts
+    };
+    drop(Db::open(&path, opts).unwrap());
+    let log = Log::of_file(&path);
+    let mut states = BTreeMap::new();
+    states.insert(0, Tree::new());
+    let run = Run {
+        path,
+        log,
+        page_size: opts.get_page_size(),
+        states: Mutex::new(states),
+        acks: Mutex::new(Vec::new()),
+        returned: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        quiet: RwLock::new(()),
+        label: label.to_string(),
+        syncs: AtomicUsize::new(0),
+        switches: Default::default(),
+        syncs_in_switches: AtomicUsize::new(0),
+        snapshots: AtomicUsize::new(0),
+        ticks: AtomicUsize::new(0),
+        helper_commits: AtomicUsize::new(0),
+        sessions: AtomicUsize::new(0),
+    };
+    let db = run
+        .open_process(opts)
+        .unwrap_or_else(|e| panic!("{label}: open: {e}"));
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut high_mark = (0, 0);
+    std::thread::scope(|s| {
+        let (r, db) = (&run, &db);
+        // A helper that ends (only by a panic, before the stop) stops the run too.
+        let mut helpers = vec![
+            s.spawn(move || syncing(r, db, Rng(seed * 3 + 1), Stop(&r.stop))),
+            s.spawn(move || reading(r, db, Rng(seed * 5 + 3), Stop(&r.stop))),
+        ];
+        if seed % 2 == 1 {
+            helpers.push(s.spawn(move || committing(r, db, Rng(seed * 7 + 5), Stop(&r.stop))));
+        }
+        let stopping = Stop(&run.stop);
+        for step in 0..steps {
+            if run.stop.load(SeqCst) {
+                break;
+            }
+            match rng.below(20) {
+                0..=13 => {
+                    let d = [Durability::Sync, Durability::NoMetaSync, Durability::Async]
+                        [rng.below(3) as usize];
+                    let seq = commit(&run, db, d, &mut rng, "the main thread");
+                    run.returned.fetch_max(seq, SeqCst);
+                }
+                14 => {
+                    // An aborted transaction (its overflow value is written at insert time).
+                    let tx = db.begin_write().unwrap();
+                    tx.open_tree("t")
+                        .unwrap()
+                        .insert(&key(rng.below(40)), &[9u8; 7000])
+                        .unwrap();
+                    tx.abort();
+                }
+                15 | 16 => sync(&run, db, "the main thread"),
+                17 | 18 => second_process(&run, db, &mut rng),
+                _ => std::thread::sleep(Duration::from_micros(rng.below(2000))),
+            }
+            if step % 6 == 5 {
+                // No helper call runs; a background compaction may.
+                let _q = run.quiet.write().unwrap();
+                high_mark = check_lock_file(&run, step, high_mark);
+            }
+        }
+        drop(stopping);
+        for h in helpers {
+            h.join().unwrap();
+        }
+    });
+    match db.wait_for_compaction() {
+        Ok(_) | Err(Error::Compaction(_)) => {}
+        Err(e) => panic!("{label}: compaction: {e}"),
+    }
+    let switches = db.compactions();
+    // Close-time writes are left out: the cuts are of the run.
+    let ops = run.log.ops.lock().unwrap().clone();
+    let initial = run.log.files.lock().unwrap().initial.clone();
+    drop(db);
+    let trace = Trace {
+        initial,
+        ops,
+        states: std::mem::take(&mut *run.states.lock().unwrap()),
+        acks: std::mem::take(&mut *run.acks.lock().unwrap()),
+        page_size: run.page_size,
+        switches,
+    };
+    (trace, run)
+}
+
+/// The newest commit a cut after `k` ops must show at least, and the acknowledgement that
+/// says so.
+fn min_durable(trace: &Trace, k: usize) -> (u64, Option<Ack>) {
+    let mut min = (0, None);
+    for a in &trace.acks {
+        if a.done > k {
+            continue;
+        }
+        let durable = match a.durable {
+            Durable::AtOnce => true,
+            Durable::AtSyncOf(f) => trace.ops[a.done..k]
+                .iter()
+                .any(|o| matches!(o, Op::File { file, op: IoOp::Sync } if *file == f)),
+        };
+        if durable && a.seq > min.0 {
+            min = (a.seq, Some(*a));
+        }
+    }
+    min
+}
+
+/// Every cut of `trace`, three images each; how many.
+fn verify(trace: &Trace, label: &str, seed: u64) -> usize {
+    let dir = scratch_dir();
+    let mut cuts = 0;
+    for k in 0..=trace.ops.len() {
+        for how in [
+            Image::DurableOnly,
+            Image::Everything,
+            Image::Random(k as u64 * 7919 + seed),
+        ] {
+            verify_cut(trace, k, how, dir.path(), label);
+            cuts += 1;
+        }
+    }
+    cuts
+}
+
+fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
+    let (names, files) =
+        directory::image_at(&trace.initial, &trace.ops, k, how, trace.page_size, DB);
+    let ctx = || format!("{label}: cut after {k} of {} ops, {how:?}", trace.ops.len());
+    let id = *names
+        .get(DB)
+        .unwrap_or_else(|| panic!("{}: the database's name is gone", ctx()));
+    let path = dir.join("cut.larch");
+    std::fs::write(&path, &files[id]).unwrap();
+    let db = Db::open(&path, Options::default())
+        .unwrap_or_else(|e| panic!("{}: open of file {id} failed: {e}", ctx()));
+    db.check()
+        .unwrap_or_else(|e| panic!("{}: check failed: {e}", ctx()));
+    let rx = db.begin_read().unwrap();
+    let (txid, got) = (rx.txid(), tree_of(&rx));
+    drop(rx);
+    let seq = seq_of(&got);
+    let (min, by) = min_durable(trace, k);
+    assert!(
+        seq >= min,
+        "{}: opened file {id} at txid {txid}, commit {seq}, but commit {min} was acknowledged \
+         durable ({})",
+        ctx(),
+        by.map_or(String::new(), |a| format!(
+            "{} that returned after {} ops, {:?}",
+            a.what, a.done, a.durable
+        ))
+    );
+    let want = trace.states.get(&seq).unwrap_or_else(|| {
+        panic!(
+            "{}: opened file {id} at txid {txid}, commit {seq}, never committed",
+            ctx()
+        )
+    });
+    let mut m = Model::new();
+    m.insert("t".to_string(), want.clone());
+    assert!(
+        normalize(&contents(&db)) == normalize(&m),
+        "{}: contents of file {id} at txid {txid} differ from commit {seq}'s",
+        ctx()
+    );
+    takes_a_commit(&db).unwrap_or_else(|e| panic!("{}: {e}", ctx()));
+    drop(db);
+    std::fs::remove_file(&path).unwrap();
+    let _ = std::fs::remove_file(dir.join("cut.larch-lock"));
+}
+
+#[test]
+fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_state() {
+    let seeds: u64 = std::env::var("LARCH_THREAD_CUTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    let (mut switches, mut syncs, mut across, mut cuts) = (0, 0, 0, 0);
+    for seed in 0..seeds {
+        let label = format!("seed {seed}");
+        let dir = scratch_dir();
+        let t0 = std::time::Instant::now();
+        let (trace, run) = run(&label, seed, 60, dir.path());
+        let ran = t0.elapsed();
+        let n = verify(&trace, &label, seed);
+        eprintln!(
+            "{label}: {n} cuts over {} ops ({ran:.0?} to run, {:.0?} to cut), {} commits, {} \
+             switches, {} syncs ({} begun in a switch), {} snapshots, {} timer ticks, {} \
+             commits by the committing thread, {} second-process sessions",
+            trace.ops.len(),
+            t0.elapsed() - ran,
+            trace.states.len() - 1,
+            trace.switches,
+            run.syncs.load(SeqCst),
+            run.syncs_in_switches.load(SeqCst),
+            run.snapshots.load(SeqCst),
+            run.ticks.load(SeqCst),
+            run.helper_commits.load(SeqCst),
+            run.sessions.load(SeqCst),
+        );
+        switches += trace.switches;
+        syncs += run.syncs.load(SeqCst);
+        across += run.syncs_in_switches.load(SeqCst);
+        cuts += n;
+    }
+    eprintln!(
+        "{seeds} seeds: {cuts} cuts, {switches} switches, {syncs} syncs, {across} begun in a switch"
+    );
+    // The races need switches and syncs to come up: a change to the options or the pacing
+    // must not quietly stop generating them.
+    assert!(
+        switches >= 2 * seeds,
+        "{switches} switches over {seeds} seeds: too few to race"
+    );
+    assert!(
+        syncs >= 10 * seeds as usize,
+        "{syncs} syncs over {seeds} seeds"
+    );
+    assert!(
+        seeds == 0 || across >= 1,
+        "no Db::sync began between a switch's rename and its directory fsync"
+    );
+}
