@@ -96,6 +96,9 @@ struct Run {
     /// it looks at the lock file with nothing running.
     quiet: RwLock<()>,
     label: String,
+    /// The second process's options: no compaction, the first's free-map cap (a process
+    /// with a lower cap refuses a map left further behind, `Options::carried_max_bits`).
+    second_opts: Options,
     syncs: AtomicUsize,
     /// Where a switch of the first process is.
     switches: Arc<Switches>,
@@ -433,7 +436,7 @@ fn second_process(run: &Run, first: &Db, rng: &mut Rng) {
     sync(run, first, "the main thread");
     let floor = run.returned.load(SeqCst);
     let db = run
-        .open_process(Options::default())
+        .open_process(run.second_opts)
         .unwrap_or_else(|e| panic!("{}, the second process: open: {e}", run.label));
     // The first process's committing thread may commit meanwhile: a state no older than its
     // commits that returned before the open.
@@ -525,10 +528,13 @@ fn run(label: &str, seed: u64, steps: usize, dir: &Path) -> (Trace, Run) {
         .compaction_check_every(Duration::from_secs(3600));
     // Half the seeds carry at most 16 free-map bits: commits save the map and leave it behind
     // while compactions copy and switch.
-    let opts = if seed % 4 >= 2 {
-        opts.carried_max_bits(16)
+    let (opts, second_opts) = if seed % 4 >= 2 {
+        (
+            opts.carried_max_bits(16),
+            Options::default().carried_max_bits(16),
+        )
     } else {
-        opts
+        (opts, Options::default())
     };
     drop(Db::open(&path, opts).unwrap());
     let log = Log::of_file(&path);
@@ -544,6 +550,7 @@ fn run(label: &str, seed: u64, steps: usize, dir: &Path) -> (Trace, Run) {
         stop: AtomicBool::new(false),
         quiet: RwLock::new(()),
         label: label.to_string(),
+        second_opts,
         syncs: AtomicUsize::new(0),
         switches: Default::default(),
         syncs_in_switches: AtomicUsize::new(0),
