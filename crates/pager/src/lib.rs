@@ -49,7 +49,7 @@ pub use pager::{
     growth_step, probe_database, resolve_path, set_min_map_reservation, sync_dir, FileLock,
     IoCounters, OpenedMetas, Pager, PagerOptions, SyncName,
 };
-pub use storage::{CacheFolios, FileStorage, Storage, WriteMode};
+pub use storage::{BackgroundSync, CacheFolios, FileStorage, Storage, WriteMode};
 
 /// A page number: byte offset / page size. Pages 0 and 1 are the meta pages.
 pub type PageId = u64;

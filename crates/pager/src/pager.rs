@@ -517,8 +517,8 @@ impl Pager {
         self.sync()
     }
 
-    /// Start an fdatasync of the file on another thread, unless one is still running or the
-    /// storage has no file to flush (test storage): `true` if started. It makes nothing
+    /// Start an fdatasync of the file on another thread ([`Storage::background_sync`]),
+    /// unless one is still running or the storage has none: `true` if started. It makes nothing
     /// durable that the engine relies on (no meta waits for it); it writes back what was
     /// written so far so that the next [`Pager::sync`] finds less to write and the writer
     /// waits less. It shares the handle's open file description, so a write error it meets
@@ -540,14 +540,14 @@ impl Pager {
         if let Some(done) = slot.take() {
             let _ = done.join();
         }
-        let Some(file) = self.storage.flush_handle() else {
+        let Some(job) = self.storage.background_sync() else {
             return false;
         };
         let poisoned = self.poisoned.clone();
         let spawned = std::thread::Builder::new()
             .name("larch-flush".into())
             .spawn(move || {
-                if file.sync_data().is_err() {
+                if job().is_err() {
                     poisoned.store(true, Ordering::Release);
                 }
             });

@@ -75,6 +75,9 @@ impl WriteMode {
     }
 }
 
+/// A sync to run on another thread ([`Storage::background_sync`]).
+pub type BackgroundSync = Box<dyn FnOnce() -> io::Result<()> + Send>;
+
 /// Everything that changes the file. Implementations must be usable from any thread; the
 /// engine calls the mutating methods from one writer at a time.
 // A file's length is not a collection's: an `is_empty` would mean nothing here.
@@ -104,6 +107,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// not write back this storage's writes (the default: test storage records its own).
     fn flush_handle(&self) -> Option<File> {
         None
+    }
+    /// A sync that another thread runs (`Pager::start_background_flush`): when it returns Ok,
+    /// every write completed before this call is durable. `None` when the storage has none.
+    /// The default fdatasyncs [`Storage::flush_handle`].
+    fn background_sync(&self) -> Option<BackgroundSync> {
+        let file = self.flush_handle()?;
+        Some(Box::new(move || file.sync_data()))
     }
     /// The file, for mapping it read-only.
     fn file(&self) -> &File;
