@@ -1,7 +1,8 @@
 //! Power-cut images: what a disk may hold after a cut that follows the first `k` operations
 //! of a [`Recording`](crate::recording::Recording)'s log, and what a recovered database must
 //! then show. Everything up to the last completed sync is on the disk; what came after it
-//! lands as the [`Image`] says.
+//! lands as the [`Image`] says. A sync on another thread counts from its start once it is
+//! done ([`durable_prefix`]).
 
 use std::collections::BTreeMap;
 
@@ -48,21 +49,18 @@ pub fn image_at(initial: &[u8], ops: &[IoOp], k: usize, how: Image, page_size: u
 /// choices of [`Image::Random`] from `rng` (its seed is not used here), for a simulation that
 /// builds several files from one seed.
 pub fn land(img: &mut Vec<u8>, ops: &[IoOp], how: Image, page_size: usize, rng: &mut Rng) {
-    let durable_end = ops
-        .iter()
-        .rposition(|o| matches!(o, IoOp::Sync))
-        .map_or(0, |i| i + 1);
+    let durable_end = durable_prefix(ops);
     for op in &ops[..durable_end] {
         match op {
             IoOp::Write { off, data } => apply(img, *off, data),
             IoOp::SetLen(len) => img.resize(*len as usize, 0),
-            IoOp::Sync => {}
+            IoOp::Sync | IoOp::SyncStart(_) | IoOp::SyncEnd(_) => {}
         }
     }
     for (i, op) in ops[durable_end..].iter().enumerate() {
         let at = durable_end + i;
         match (op, how) {
-            (_, Image::DurableOnly) | (IoOp::Sync, _) => {}
+            (_, Image::DurableOnly) | (IoOp::Sync | IoOp::SyncStart(_) | IoOp::SyncEnd(_), _) => {}
             (IoOp::Write { off, data }, Image::Everything) => apply(img, *off, data),
             (IoOp::Write { off, data }, Image::AllBut(j)) => {
                 if at != j {
@@ -101,6 +99,31 @@ pub fn land(img: &mut Vec<u8>, ops: &[IoOp], how: Image, page_size: usize, rng: 
     }
 }
 
+/// How many of `ops` (a log up to a cut) are durable: those before the start of the last
+/// sync that completed, a foreground one ([`IoOp::Sync`], logged when it returned) or one on
+/// another thread ([`IoOp::SyncStart`] whose [`IoOp::SyncEnd`] is in `ops`).
+pub fn durable_prefix(ops: &[IoOp]) -> usize {
+    let mut end = ops
+        .iter()
+        .rposition(|o| matches!(o, IoOp::Sync))
+        .map_or(0, |i| i + 1);
+    let mut started = BTreeMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        match op {
+            IoOp::SyncStart(id) => {
+                started.insert(*id, i);
+            }
+            IoOp::SyncEnd(id) => {
+                if let Some(&s) = started.get(id) {
+                    end = end.max(s + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    end
+}
+
 /// The oldest txid a cut after `k` ops may show, given the acknowledged commits as (ops done
 /// when the call returned, txid, durability asked for): a Sync commit once acknowledged, a
 /// NoMetaSync one once a later sync completed; Async ones never on their own. The
@@ -113,7 +136,8 @@ pub fn min_durable(acks: &[(usize, u64, Durability)], ops: &[IoOp], k: usize) ->
         }
         let durable = match d {
             Durability::Sync => true,
-            Durability::NoMetaSync => ops[done..k].iter().any(|o| matches!(o, IoOp::Sync)),
+            // A sync that started after it was acknowledged completed.
+            Durability::NoMetaSync => durable_prefix(&ops[..k]) > done,
             Durability::Async => false,
         };
         if durable {

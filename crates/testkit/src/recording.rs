@@ -16,8 +16,15 @@ use larch::Storage;
 /// One storage call that reached the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IoOp {
-    Write { off: u64, data: Vec<u8> },
+    Write {
+        off: u64,
+        data: Vec<u8>,
+    },
     Sync,
+    /// A sync started on another thread (`Storage::background_sync`), numbered.
+    SyncStart(u64),
+    /// That sync returned Ok: what was logged before its start is durable.
+    SyncEnd(u64),
     SetLen(u64),
 }
 
@@ -64,11 +71,28 @@ pub enum SyncRecorded {
 pub struct Recording<T = IoOp> {
     file: File,
     log: IoLog<T>,
-    entry: Box<dyn Fn(IoOp) -> T + Send + Sync>,
+    entry: Arc<dyn Fn(IoOp) -> T + Send + Sync>,
     faults: Option<Arc<dyn FaultPlan>>,
     sync_delay: Duration,
     sync_recorded: SyncRecorded,
+    /// Syncs on another thread, each done after this many more calls reached the log
+    /// ([`Recording::syncs_in_background`]).
+    background: Option<usize>,
+    background_syncs: Arc<BackgroundSyncs>,
 }
+
+/// The syncs on other threads of a [`Recording`] not yet done: (number, log length at which
+/// it is done).
+#[derive(Debug, Default)]
+struct BackgroundSyncs {
+    next: std::sync::atomic::AtomicU64,
+    pending: Mutex<Vec<(u64, usize)>>,
+    done: std::sync::Condvar,
+}
+
+/// How long a sync on another thread waits for its calls before it is done anyway (the
+/// writer stopped calling: a foreground sync waits for it, or the handle closes).
+const BACKGROUND_SYNC_MAX_WAIT: Duration = Duration::from_millis(20);
 
 impl<T> Debug for Recording<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,10 +131,42 @@ impl<T> Recording<T> {
         Recording {
             file,
             log: log.clone(),
-            entry: Box::new(entry),
+            entry: Arc::new(entry),
             faults: None,
             sync_delay: Duration::ZERO,
             sync_recorded: SyncRecorded::AtEnd,
+            background: None,
+            background_syncs: Arc::default(),
+        }
+    }
+
+    /// Offer syncs on another thread (`Storage::background_sync`): logged as
+    /// [`IoOp::SyncStart`] when asked for and [`IoOp::SyncEnd`] when done, so a cut between
+    /// them has only what came before the last completed sync on the disk. Each is done once
+    /// `lag` more calls reached the log: the next call waits for it then, so where it ends
+    /// in the log does not depend on how threads are scheduled (unless no call comes within
+    /// 20 ms). Without this, a pager syncs in the foreground where it would have flushed on
+    /// another thread.
+    pub fn syncs_in_background(mut self, lag: usize) -> Self {
+        self.background = Some(lag);
+        self
+    }
+
+    /// Before a call reaches the log: wait for the syncs on other threads that are due.
+    fn await_due_syncs(&self) {
+        if self.background.is_none() {
+            return;
+        }
+        let bg = &self.background_syncs;
+        let mut pending = bg.pending.lock().unwrap();
+        let deadline = std::time::Instant::now() + BACKGROUND_SYNC_MAX_WAIT;
+        loop {
+            let len = self.log.lock().unwrap().len();
+            let now = std::time::Instant::now();
+            if !pending.iter().any(|&(_, due)| due <= len) || now >= deadline {
+                return;
+            }
+            pending = bg.done.wait_timeout(pending, deadline - now).unwrap().0;
         }
     }
 
@@ -143,6 +199,7 @@ impl<T: Send + 'static> Storage for Recording<T> {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.await_due_syncs();
         if let Some(Fault::Fail(e) | Fault::Short(e)) = self.fault(Call::SetLen) {
             return Err(e);
         }
@@ -153,6 +210,7 @@ impl<T: Send + 'static> Storage for Recording<T> {
     }
 
     fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.await_due_syncs();
         let data = bufs.concat();
         let fault = self.fault(Call::Write);
         let mut log = self.log.lock().unwrap();
@@ -178,7 +236,52 @@ impl<T: Send + 'static> Storage for Recording<T> {
         }
     }
 
+    fn background_sync(&self) -> Option<larch::BackgroundSync> {
+        let lag = self.background?;
+        self.await_due_syncs();
+        let bg = self.background_syncs.clone();
+        let id = bg.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let due = {
+            let mut log = self.log.lock().unwrap();
+            self.push(&mut log, IoOp::SyncStart(id));
+            log.len() + lag
+        };
+        bg.pending.lock().unwrap().push((id, due));
+        let (log, entry, faults) = (self.log.clone(), self.entry.clone(), self.faults.clone());
+        Some(Box::new(move || {
+            let deadline = std::time::Instant::now() + BACKGROUND_SYNC_MAX_WAIT;
+            // Read each time: a foreground sync makes it due at once (`sync`).
+            let due = || {
+                let pending = bg.pending.lock().unwrap();
+                pending.iter().find(|p| p.0 == id).map_or(0, |p| p.1)
+            };
+            // One lock at a time: `await_due_syncs` takes the log's under `pending`'s.
+            loop {
+                let len = log.lock().unwrap().len();
+                if len >= due() || std::time::Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            }
+            let r = match faults.as_ref().and_then(|p| p.fault(Call::Sync)) {
+                Some(Fault::Fail(e) | Fault::Short(e)) => Err(e),
+                None => {
+                    log.lock().unwrap().push(entry(IoOp::SyncEnd(id)));
+                    Ok(())
+                }
+            };
+            bg.pending.lock().unwrap().retain(|&(i, _)| i != id);
+            bg.done.notify_all();
+            r
+        }))
+    }
+
     fn sync(&self) -> io::Result<()> {
+        // A sync in the foreground waits for the ones on other threads (the pager's does).
+        for p in self.background_syncs.pending.lock().unwrap().iter_mut() {
+            p.1 = 0;
+        }
+        self.await_due_syncs();
         if self.sync_recorded == SyncRecorded::AtEnd {
             std::thread::sleep(self.sync_delay);
         }
