@@ -20,7 +20,8 @@
 
 mod support;
 use support::images::{
-    contents, image_at, min_durable, normalize, reader_contents, takes_a_commit, Image, Model,
+    contents, durable_prefix, image_at, min_durable, normalize, reader_contents, takes_a_commit,
+    Image, Model,
 };
 use support::recording::{open_rw, Call, Fault, FaultPlan, IoLog, IoOp, Recording, SyncRecorded};
 use support::{scratch_dir, Rng};
@@ -40,6 +41,10 @@ struct Shared {
     plan: Mutex<Plan>,
     /// (ops done when it began, what the run was doing), in order, for failure messages.
     events: Mutex<Vec<(usize, String)>>,
+    /// The storage syncs on another thread where a file would be flushed there (the
+    /// background flushes on the way to a durable point that `max_unsynced_bytes` forces),
+    /// each done this many calls later (`Recording::syncs_in_background`).
+    background_syncs: Option<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -193,9 +198,13 @@ impl FaultPlan for Shared {
 /// records it in the run's shared trace, or fails it as the shared fault plan says; each sync
 /// takes `sync_delay` (so concurrent writers pile up as they do on a disk).
 fn recording(path: &Path, shared: &Arc<Shared>, sync_delay: std::time::Duration) -> Recording {
-    Recording::new(open_rw(path), &shared.ops)
+    let r = Recording::new(open_rw(path), &shared.ops)
         .faults(shared.clone())
-        .sync_delay(sync_delay, SyncRecorded::AtEnd)
+        .sync_delay(sync_delay, SyncRecorded::AtEnd);
+    match shared.background_syncs {
+        Some(lag) => r.syncs_in_background(lag),
+        None => r,
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -606,6 +615,10 @@ struct Coverage {
     durable_point_syncs: [[usize; 3]; 2],
     /// Async commits that synced: durable points forced by `max_unsynced_bytes`.
     forced_durable_points: usize,
+    /// Syncs on another thread (background flushes ahead of those points) that completed,
+    /// and handles a failed one poisoned before the next call.
+    background_syncs: usize,
+    background_poisonings: usize,
     /// Readers ([`Step::Read`]) that ended still reading their state after commits were made
     /// past their snapshot, and those of them that a durable point also passed.
     readers_held: [usize; 2],
@@ -652,6 +665,8 @@ impl Coverage {
             }
         }
         self.forced_durable_points += o.forced_durable_points;
+        self.background_syncs += o.background_syncs;
+        self.background_poisonings += o.background_poisonings;
         for i in 0..2 {
             self.readers_held[i] += o.readers_held[i];
         }
@@ -867,7 +882,21 @@ impl Driver {
 
     /// One transaction of `steps` committed with `d`; on an injected failure, retried (if
     /// `retry`) with the same operations in a new transaction.
+    /// A sync on another thread that an injected fault failed poisons the handle after the
+    /// call that started it returned, and the next call fails: reopen, as after a failed
+    /// commit. (One that fails later, during the call, fails the call instead.)
+    fn reopen_if_poisoned(&mut self) {
+        if let Err(e @ larch::Error::Poisoned { .. }) = self.db().begin_write().map(drop) {
+            self.event(format!("poisoned by a sync on another thread: {e}"));
+            self.fired("a sync on another thread", &e);
+            self.coverage.background_poisonings += 1;
+            self.coverage.reopens_after_failure += 1;
+            self.reopen();
+        }
+    }
+
     fn commit(&mut self, steps: &[Step], d: Durability, retry: bool) {
+        self.reopen_if_poisoned();
         for attempt in 0..4 {
             let db = self.db.as_ref().unwrap();
             let leaves_before = db.leaf_overflows();
@@ -954,6 +983,7 @@ impl Driver {
     }
 
     fn abort(&mut self, steps: &[Step], explicit: bool) {
+        self.reopen_if_poisoned();
         let before = self.shared.len();
         let db = self.db.as_ref().unwrap();
         let mut tx = db.begin_write().unwrap();
@@ -1073,11 +1103,20 @@ impl Driver {
 }
 
 fn run(steps: &[Step], opts: Options) -> Trace {
+    run_with(steps, opts, None)
+}
+
+/// [`run`], the storage syncing on another thread where a file would be flushed there, each
+/// sync done `background_syncs` calls after it started.
+fn run_with(steps: &[Step], opts: Options, background_syncs: Option<usize>) -> Trace {
     let dir = scratch_dir();
     let path = dir.path().join("db.larch");
     drop(Db::open(&path, opts).unwrap());
     let initial = std::fs::read(&path).unwrap();
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        background_syncs,
+        ..Shared::default()
+    });
     let mut states = BTreeMap::new();
     states.insert(0u64, Model::new());
     let mut d = Driver {
@@ -1162,6 +1201,7 @@ fn run(steps: &[Step], opts: Options) -> Trace {
         .iter()
         .filter(|o| matches!(o, IoOp::Write { data, .. } if data.len() == 1 << 20))
         .count();
+    coverage.background_syncs = ops.iter().filter(|o| matches!(o, IoOp::SyncEnd(_))).count();
     let events = shared.events.lock().unwrap().clone();
     Trace {
         initial,
@@ -1998,10 +2038,7 @@ fn lose_some_writes(
     cap: usize,
     rng: &mut Rng,
 ) -> usize {
-    let from = trace.ops[..k]
-        .iter()
-        .rposition(|o| matches!(o, IoOp::Sync))
-        .map_or(0, |i| i + 1);
+    let from = durable_prefix(&trace.ops[..k]);
     let ps = trace.opts.get_page_size();
     let mut images = Vec::new();
     for j in from..k {
@@ -2057,7 +2094,14 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
     // reach at their real thresholds (32 runs and 1/8 of the set) only now and then. The
     // writer runs on this thread; recovery opens build their free sets here too.
     larch::set_bulk_batch_min(if seed % 2 == 0 { 1 } else { 0 });
-    let trace = run(&random_steps(seed), opts);
+    // Half the seeds with a bound (every one with LARCH_CRASH_BACKGROUND=all) sync on another
+    // thread where a file would be flushed there (the background flushes ahead of a forced
+    // durable point), each done 1 to 16 calls later: a flush that a fault fails poisons the
+    // handle for the next call.
+    let all = std::env::var("LARCH_CRASH_BACKGROUND").is_ok_and(|v| v == "all");
+    let background =
+        (seed % 16 == 12 || (all && seed % 8 == 4)).then_some(1 + (seed / 8 % 16) as usize);
+    let trace = run_with(&random_steps(seed), opts, background);
     let label = format!("random seed {seed}");
     let mut rng = Rng(seed + 12345);
     for c in 0..40 {
@@ -2188,6 +2232,7 @@ fn random_workloads_survive_random_cuts() {
                 && c.durable_point_syncs[1][0] > 0
                 && c.durable_point_syncs[0][1] > 0
                 && c.forced_durable_points > 0
+                && c.background_syncs > 0
                 && c.readers_held.iter().all(|&n| n > 0),
             "the generator no longer makes every case: {c:?}"
         );
@@ -2332,10 +2377,7 @@ fn group_commits(opts: Options, durs: [Durability; 4], label: &str) {
 /// Verify the cut after `k` ops with every image that has all writes since the last sync but
 /// one (the adversary that finds a page a manifest failed to list); the number of images.
 fn lose_one_write(trace: &Trace, k: usize, dir: &Path, label: &str) -> usize {
-    let from = trace.ops[..k]
-        .iter()
-        .rposition(|o| matches!(o, IoOp::Sync))
-        .map_or(0, |i| i + 1);
+    let from = durable_prefix(&trace.ops[..k]);
     let mut n = 0;
     for j in from..k {
         if matches!(trace.ops[j], IoOp::Write { .. }) {
@@ -2350,10 +2392,7 @@ fn lose_one_write(trace: &Trace, k: usize, dir: &Path, label: &str) -> usize {
 /// one page of one multi-page write (a vectored write of a run of pages is not atomic); the
 /// number of images.
 fn lose_one_page(trace: &Trace, k: usize, dir: &Path, label: &str) -> usize {
-    let from = trace.ops[..k]
-        .iter()
-        .rposition(|o| matches!(o, IoOp::Sync))
-        .map_or(0, |i| i + 1);
+    let from = durable_prefix(&trace.ops[..k]);
     let ps = trace.opts.get_page_size();
     let mut n = 0;
     for j in from..k {
@@ -2380,10 +2419,7 @@ fn is_meta_write(trace: &Trace, j: usize) -> bool {
 /// one meta write among them torn (the fallback meta must still be there); the number of
 /// images.
 fn tear_one_meta(trace: &Trace, k: usize, dir: &Path, label: &str) -> usize {
-    let from = trace.ops[..k]
-        .iter()
-        .rposition(|o| matches!(o, IoOp::Sync))
-        .map_or(0, |i| i + 1);
+    let from = durable_prefix(&trace.ops[..k]);
     let mut n = 0;
     for j in from..k {
         if is_meta_write(trace, j) {
