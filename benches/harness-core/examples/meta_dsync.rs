@@ -10,8 +10,13 @@
 //! - `O_DSYNC pwrite`: the page written through a second descriptor opened with `O_DSYNC`,
 //!   which syncs that range only (as `pwritev2(.., RWF_DSYNC)` would).
 //!
+//! - `O_DSYNC, flush running`: the same write while another thread fdatasyncs the D MiB (it
+//!   starts 100 us before): what a point's meta write meets when a background flush of the
+//!   pages written since is in flight. The write's cache flush waits for the device to finish
+//!   what that flush sent it.
+//!
 //! An untimed fdatasync ends each round, so each starts with only its own D MiB dirty. Rounds
-//! of the two ways alternate; it prints each way's median and range for D = 0, 4 and 16 MiB.
+//! of the three ways alternate; it prints each way's median and range for D = 0, 4 and 16 MiB.
 //! The second way is the premise of a durable point made in the background
 //! (docs/performance.md, "What forced durable points cost"): the commit's pages synced by
 //! another thread, then its meta alone.
@@ -66,6 +71,7 @@ fn main() -> std::io::Result<()> {
     for mib in [0, 4, 16] {
         let mut full = Vec::with_capacity(rounds);
         let mut ranged = Vec::with_capacity(rounds);
+        let mut beside = Vec::with_capacity(rounds);
         for _ in 0..rounds {
             dirty(&f, mib, &page)?;
             let t = Instant::now();
@@ -77,13 +83,23 @@ fn main() -> std::io::Result<()> {
             dsync.write_all_at(&page, 0)?;
             ranged.push(t.elapsed().as_secs_f64() * 1e6);
             f.sync_data()?;
+            dirty(&f, mib, &page)?;
+            let other = f.try_clone()?;
+            let flush = std::thread::spawn(move || other.sync_data());
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            let t = Instant::now();
+            dsync.write_all_at(&page, 0)?;
+            beside.push(t.elapsed().as_secs_f64() * 1e6);
+            flush.join().expect("flush thread")?;
+            f.sync_data()?;
         }
         for (name, xs) in [
             ("pwrite + fdatasync", &mut full),
             ("O_DSYNC pwrite", &mut ranged),
+            ("O_DSYNC, flush running", &mut beside),
         ] {
             let (m, lo, hi) = median_us(xs);
-            println!("  {mib:2} MiB dirty, {name:<18} {m:8.0} us ({lo:.0}-{hi:.0})");
+            println!("  {mib:2} MiB dirty, {name:<22} {m:8.0} us ({lo:.0}-{hi:.0})");
         }
     }
     drop((f, dsync));
