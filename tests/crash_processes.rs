@@ -31,6 +31,7 @@
 
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
+use larch_testkit::processes::{newest_meta, published, tree_in, tree_of, Tree};
 use support::images::{contents, normalize, takes_a_commit, Image, Model};
 use support::recording::{open_rw, IoOp};
 use support::{scratch_dir, Rng};
@@ -38,22 +39,17 @@ use support::{scratch_dir, Rng};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use larch::raw::{Meta, META_SIZE};
 use larch::{
     CompactionFs, Db, Durability, Error, Killer, LockStep, Options, ReadTx, Storage, WriteMode,
-    WriteTx,
 };
 
 const DB: &str = "db.larch";
-
-type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// A commit: the file it is in (by its number in the log) and its txid. Ordered as the states
 /// follow each other: a compaction's file holds everything of the file it replaced.
@@ -423,53 +419,6 @@ fn key(i: u64) -> Vec<u8> {
     format!("key-{i:03}").into_bytes()
 }
 
-/// The newest txid among the valid metas of the database file `file` whose pages it holds
-/// (what an opener takes).
-fn newest_meta(file: &File, page_size: usize) -> u64 {
-    let len = file.metadata().unwrap().len();
-    (0..2u64)
-        .filter_map(|slot| {
-            let mut b = vec![0u8; META_SIZE];
-            file.read_exact_at(&mut b, slot * page_size as u64).ok()?;
-            let m = Meta::decode(&b).ok()?;
-            (m.high_water * u64::from(m.page_size) <= len).then_some(m.txid)
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// The newest commit the lock file of `path` names, if any.
-fn published(path: &Path) -> Option<u64> {
-    let b = std::fs::read(format!("{}-lock", path.display())).ok()?;
-    u64::from_ne_bytes(b.get(40..48)?.try_into().ok()?).checked_sub(1)
-}
-
-/// Tree "t" as a write transaction sees it.
-fn tree_in(tx: &WriteTx) -> larch::Result<Tree> {
-    let t = tx.open_tree("t")?;
-    let mut m = Tree::new();
-    for e in t.iter()? {
-        let (k, v) = e?;
-        m.insert(k.to_vec(), v.to_vec());
-    }
-    Ok(m)
-}
-
-/// Tree "t" of a snapshot.
-fn tree_of(rx: &ReadTx) -> Tree {
-    match rx.open_tree("t") {
-        Ok(t) => t
-            .iter()
-            .unwrap()
-            .map(|e| {
-                let (k, v) = e.unwrap();
-                (k.to_vec(), v.to_vec())
-            })
-            .collect(),
-        Err(_) => Tree::new(),
-    }
-}
-
 /// Where to kill a process inside a commit or a sync.
 fn pick_rule(rng: &mut Rng) -> Rule {
     use Event::*;
@@ -665,7 +614,7 @@ impl Sim {
             let mut tx = p.db.try_begin_write()?;
             txid = tx.txid();
             tx.set_durability(d);
-            let seen = tree_in(&tx)?;
+            let seen = tree_in(&tx, "t")?;
             if fate.is_dead() {
                 // Killed while it caught up with the file: what it sees no longer matters.
                 return Ok(());
@@ -872,7 +821,7 @@ impl Sim {
             return;
         }
         let rx = p.db.begin_read().unwrap();
-        let got = tree_of(&rx);
+        let got = tree_of(&rx, "t");
         assert!(
             self.states.get(&from) == Some(&got),
             "{}, process {}: the compacted file (txid {}) does not hold commit {from:?}, the \
@@ -1119,7 +1068,7 @@ fn verify(trace: &Trace, label: &str, seed: u64) -> usize {
 /// cleared).
 fn check_snapshot(rx: &ReadTx, pos: Pos, states: &BTreeMap<Pos, Tree>, label: &str) {
     assert!(
-        states.get(&pos) == Some(&tree_of(rx)),
+        states.get(&pos) == Some(&tree_of(rx, "t")),
         "{label}: snapshot {pos:?} changed under its reader"
     );
 }

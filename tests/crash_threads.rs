@@ -38,27 +38,24 @@
 
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
+use larch_testkit::processes::{newest_meta, published, tree_in, tree_of, Tree};
 use support::images::{contents, normalize, takes_a_commit, Image, Model};
 use support::recording::{open_rw, IoOp, SyncRecorded};
 use support::{scratch_dir, Rng};
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use larch::raw::{Meta, META_SIZE};
-use larch::{CompactionFs, Db, Durability, Error, Options, ReadTx, Storage, WriteMode, WriteTx};
+use larch::{CompactionFs, Db, Durability, Error, Options, Storage, WriteMode};
 
 const DB: &str = "db.larch";
 
 /// The key of tree "t" that numbers the commits: commit n writes n.
 const SEQ: &[u8] = b"seq";
-
-type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// From when a cut must show an acknowledged commit (or a newer one).
 #[derive(Clone, Copy, Debug)]
@@ -229,53 +226,6 @@ fn seq_of(t: &Tree) -> u64 {
         .map_or(0, |v| u64::from_be_bytes(v[..].try_into().unwrap()))
 }
 
-/// Tree "t" as a write transaction sees it.
-fn tree_in(tx: &WriteTx) -> larch::Result<Tree> {
-    let t = tx.open_tree("t")?;
-    let mut m = Tree::new();
-    for e in t.iter()? {
-        let (k, v) = e?;
-        m.insert(k.to_vec(), v.to_vec());
-    }
-    Ok(m)
-}
-
-/// Tree "t" of a snapshot.
-fn tree_of(rx: &ReadTx) -> Tree {
-    match rx.open_tree("t") {
-        Ok(t) => t
-            .iter()
-            .unwrap()
-            .map(|e| {
-                let (k, v) = e.unwrap();
-                (k.to_vec(), v.to_vec())
-            })
-            .collect(),
-        Err(_) => Tree::new(),
-    }
-}
-
-/// The newest txid among the valid metas of the database file `file` whose pages it holds
-/// (what an opener takes).
-fn newest_meta(file: &File, page_size: usize) -> u64 {
-    let len = file.metadata().unwrap().len();
-    (0..2u64)
-        .filter_map(|slot| {
-            let mut b = vec![0u8; META_SIZE];
-            file.read_exact_at(&mut b, slot * page_size as u64).ok()?;
-            let m = Meta::decode(&b).ok()?;
-            (m.high_water * u64::from(m.page_size) <= len).then_some(m.txid)
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// The newest commit the lock file of `path` names, if any.
-fn published(path: &Path) -> Option<u64> {
-    let b = std::fs::read(format!("{}-lock", path.display())).ok()?;
-    u64::from_ne_bytes(b.get(40..48)?.try_into().ok()?).checked_sub(1)
-}
-
 /// A commit on `db` of durability `d`: it must start from the newest committed state, and
 /// writes the next sequence number with a few random changes (some overflow values, so
 /// pages die fast). Returns its sequence number.
@@ -286,7 +236,7 @@ fn commit(run: &Run, db: &Db, d: Durability, rng: &mut Rng, who: &str) -> u64 {
         .unwrap_or_else(|e| panic!("{}, {who}: begin_write: {e}", run.label));
     tx.set_durability(d);
     let txid = tx.txid();
-    let seen = tree_in(&tx).unwrap_or_else(|e| panic!("{}, {who}: read: {e}", run.label));
+    let seen = tree_in(&tx, "t").unwrap_or_else(|e| panic!("{}, {who}: read: {e}", run.label));
     let seq = seq_of(&seen);
     let mut next = seen.clone();
     {
@@ -380,7 +330,7 @@ fn reading(run: &Run, db: &Db, mut rng: Rng, _stop: Stop) {
         let rx = db
             .begin_read()
             .unwrap_or_else(|e| panic!("{}, a reader: begin_read: {e}", run.label));
-        let first = tree_of(&rx);
+        let first = tree_of(&rx, "t");
         let seq = seq_of(&first);
         assert!(
             seq >= floor,
@@ -403,7 +353,7 @@ fn reading(run: &Run, db: &Db, mut rng: Rng, _stop: Stop) {
                 run.ticks.fetch_add(1, SeqCst);
             }
             assert!(
-                tree_of(&rx) == first,
+                tree_of(&rx, "t") == first,
                 "{}: snapshot of commit {seq} (txid {}) changed while held",
                 run.label,
                 rx.txid()
@@ -441,7 +391,7 @@ fn second_process(run: &Run, first: &Db, rng: &mut Rng) {
     // The first process's committing thread may commit meanwhile: a state no older than its
     // commits that returned before the open.
     let rx = db.begin_read().unwrap();
-    let seen = tree_of(&rx);
+    let seen = tree_of(&rx, "t");
     let seq = seq_of(&seen);
     assert!(
         seq >= floor && run.states.lock().unwrap().get(&seq) == Some(&seen),
@@ -682,7 +632,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
     db.check()
         .unwrap_or_else(|e| panic!("{}: check failed: {e}", ctx()));
     let rx = db.begin_read().unwrap();
-    let (txid, got) = (rx.txid(), tree_of(&rx));
+    let (txid, got) = (rx.txid(), tree_of(&rx, "t"));
     drop(rx);
     let seq = seq_of(&got);
     let (min, by) = min_durable(trace, k);

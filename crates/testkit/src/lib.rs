@@ -10,6 +10,7 @@ use std::path::Path;
 pub mod directory;
 pub mod fuzz;
 pub mod images;
+pub mod processes;
 pub mod recording;
 
 /// The plain storage a handle opened by path would use (pwrite), for the `open_with_storage*`

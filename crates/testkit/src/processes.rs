@@ -1,0 +1,63 @@
+//! What the simulations of several processes and threads (tests/crash_processes.rs,
+//! tests/crash_threads.rs) read beside the engine's API: the newest meta a file holds, the
+//! commit the lock file names, and one tree's entries as a write or a read transaction sees
+//! them.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use larch::raw::{Meta, META_SIZE};
+use larch::{ReadTx, WriteTx};
+
+/// One tree's entries.
+pub type Tree = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// The newest txid among the valid metas of the database file `file` whose pages it holds
+/// (what an opener takes).
+pub fn newest_meta(file: &File, page_size: usize) -> u64 {
+    let len = file.metadata().unwrap().len();
+    (0..2u64)
+        .filter_map(|slot| {
+            let mut b = vec![0u8; META_SIZE];
+            file.read_exact_at(&mut b, slot * page_size as u64).ok()?;
+            let m = Meta::decode(&b).ok()?;
+            (m.high_water * u64::from(m.page_size) <= len).then_some(m.txid)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The newest commit the lock file of `path` names, if any: the committed txid plus one at
+/// bytes 40..48 of the lock file (docs/format.md, "The lock file", "Layout"), zero for none.
+pub fn published(path: &Path) -> Option<u64> {
+    let b = std::fs::read(format!("{}-lock", path.display())).ok()?;
+    u64::from_ne_bytes(b.get(40..48)?.try_into().ok()?).checked_sub(1)
+}
+
+/// Tree `name` as a write transaction sees it.
+pub fn tree_in(tx: &WriteTx, name: &str) -> larch::Result<Tree> {
+    let t = tx.open_tree(name)?;
+    let mut m = Tree::new();
+    for e in t.iter()? {
+        let (k, v) = e?;
+        m.insert(k.to_vec(), v.to_vec());
+    }
+    Ok(m)
+}
+
+/// Tree `name` of a snapshot (empty if it does not exist).
+pub fn tree_of(rx: &ReadTx, name: &str) -> Tree {
+    match rx.open_tree(name) {
+        Ok(t) => t
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, v) = e.unwrap();
+                (k.to_vec(), v.to_vec())
+            })
+            .collect(),
+        Err(_) => Tree::new(),
+    }
+}
