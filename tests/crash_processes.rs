@@ -31,8 +31,8 @@
 
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
-use larch_testkit::processes::{newest_meta, published, tree_in, tree_of, Tree};
-use support::images::{contents, normalize, takes_a_commit, Image, Model};
+use larch_testkit::processes::{newest_meta, open_cut, published, tree_in, tree_of, Tree};
+use support::images::Image;
 use support::recording::{open_rw, IoOp};
 use support::{scratch_dir, Rng};
 
@@ -1102,13 +1102,8 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
     let id = *names
         .get(DB)
         .unwrap_or_else(|| panic!("{}: the database's name is gone", ctx()));
-    let path = dir.join("cut.larch");
-    std::fs::write(&path, &files[id]).unwrap();
-    let db = Db::open(&path, Options::default())
-        .unwrap_or_else(|e| panic!("{}: open of file {id} failed: {e}", ctx()));
-    db.check()
-        .unwrap_or_else(|e| panic!("{}: check failed: {e}", ctx()));
-    let pos = (id, db.begin_read().unwrap().txid());
+    let cut = open_cut(dir, &files[id], id, &ctx);
+    let pos = (id, cut.db.begin_read().unwrap().txid());
     let min = min_durable(trace, k);
     assert!(
         pos >= min,
@@ -1119,17 +1114,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
         .states
         .get(&pos)
         .unwrap_or_else(|| panic!("{}: opened commit {pos:?}, never committed", ctx()));
-    let mut m = Model::new();
-    m.insert("t".to_string(), want.clone());
-    assert!(
-        normalize(&contents(&db)) == normalize(&m),
-        "{}: contents at {pos:?} differ from that commit's",
-        ctx()
-    );
-    takes_a_commit(&db).unwrap_or_else(|e| panic!("{}: {e}", ctx()));
-    drop(db);
-    std::fs::remove_file(&path).unwrap();
-    let _ = std::fs::remove_file(dir.join("cut.larch-lock"));
+    cut.holds_then_takes_a_commit(want, &format!("at {pos:?}"), &ctx);
 }
 
 #[test]

@@ -38,8 +38,8 @@
 
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
-use larch_testkit::processes::{newest_meta, published, tree_in, tree_of, Tree};
-use support::images::{contents, normalize, takes_a_commit, Image, Model};
+use larch_testkit::processes::{newest_meta, open_cut, published, tree_in, tree_of, Tree};
+use support::images::Image;
 use support::recording::{open_rw, IoOp, SyncRecorded};
 use support::{scratch_dir, Rng};
 
@@ -625,13 +625,8 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
     let id = *names
         .get(DB)
         .unwrap_or_else(|| panic!("{}: the database's name is gone", ctx()));
-    let path = dir.join("cut.larch");
-    std::fs::write(&path, &files[id]).unwrap();
-    let db = Db::open(&path, Options::default())
-        .unwrap_or_else(|e| panic!("{}: open of file {id} failed: {e}", ctx()));
-    db.check()
-        .unwrap_or_else(|e| panic!("{}: check failed: {e}", ctx()));
-    let rx = db.begin_read().unwrap();
+    let cut = open_cut(dir, &files[id], id, &ctx);
+    let rx = cut.db.begin_read().unwrap();
     let (txid, got) = (rx.txid(), tree_of(&rx, "t"));
     drop(rx);
     let seq = seq_of(&got);
@@ -652,17 +647,11 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
             ctx()
         )
     });
-    let mut m = Model::new();
-    m.insert("t".to_string(), want.clone());
-    assert!(
-        normalize(&contents(&db)) == normalize(&m),
-        "{}: contents of file {id} at txid {txid} differ from commit {seq}'s",
-        ctx()
+    cut.holds_then_takes_a_commit(
+        want,
+        &format!("of file {id} at txid {txid}, commit {seq},"),
+        &ctx,
     );
-    takes_a_commit(&db).unwrap_or_else(|e| panic!("{}: {e}", ctx()));
-    drop(db);
-    std::fs::remove_file(&path).unwrap();
-    let _ = std::fs::remove_file(dir.join("cut.larch-lock"));
 }
 
 #[test]

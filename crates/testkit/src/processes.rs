@@ -61,3 +61,42 @@ pub fn tree_of(rx: &ReadTx, name: &str) -> Tree {
         Err(_) => Tree::new(),
     }
 }
+
+/// The database file a power cut left, opened at `dir/cut.larch` ([`open_cut`]).
+pub struct Cut {
+    pub db: larch::Db,
+    path: std::path::PathBuf,
+}
+
+/// Write a cut's image of the database to `dir/cut.larch`, open it as a process would and
+/// check it; panics with `ctx()` in the message when either fails. `id` names the file in
+/// the messages.
+pub fn open_cut(dir: &Path, image: &[u8], id: usize, ctx: &dyn Fn() -> String) -> Cut {
+    let path = dir.join("cut.larch");
+    std::fs::write(&path, image).unwrap();
+    let db = larch::Db::open(&path, larch::Options::default())
+        .unwrap_or_else(|e| panic!("{}: open of file {id} failed: {e}", ctx()));
+    db.check()
+        .unwrap_or_else(|e| panic!("{}: check failed: {e}", ctx()));
+    Cut { db, path }
+}
+
+impl Cut {
+    /// Tree "t" is `want` and the only tree with entries; then the database must take a
+    /// new commit, and the file (and its lock file) goes. `what` names the state in the
+    /// message.
+    pub fn holds_then_takes_a_commit(self, want: &Tree, what: &str, ctx: &dyn Fn() -> String) {
+        let mut m = crate::images::Model::new();
+        m.insert("t".to_string(), want.clone());
+        assert!(
+            crate::images::normalize(&crate::images::contents(&self.db))
+                == crate::images::normalize(&m),
+            "{}: contents {what} differ from that commit's",
+            ctx()
+        );
+        crate::images::takes_a_commit(&self.db).unwrap_or_else(|e| panic!("{}: {e}", ctx()));
+        drop(self.db);
+        std::fs::remove_file(&self.path).unwrap();
+        let _ = std::fs::remove_file(format!("{}-lock", self.path.display()));
+    }
+}
