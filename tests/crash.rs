@@ -615,10 +615,8 @@ struct Coverage {
     durable_point_syncs: [[usize; 3]; 2],
     /// Async commits that synced: durable points forced by `max_unsynced_bytes`.
     forced_durable_points: usize,
-    /// Syncs on another thread (background flushes ahead of those points) that completed,
-    /// and handles a failed one poisoned before the next call.
+    /// Syncs on another thread (background flushes ahead of those points) that completed.
     background_syncs: usize,
-    background_poisonings: usize,
     /// Readers ([`Step::Read`]) that ended still reading their state after commits were made
     /// past their snapshot, and those of them that a durable point also passed.
     readers_held: [usize; 2],
@@ -666,7 +664,6 @@ impl Coverage {
         }
         self.forced_durable_points += o.forced_durable_points;
         self.background_syncs += o.background_syncs;
-        self.background_poisonings += o.background_poisonings;
         for i in 0..2 {
             self.readers_held[i] += o.readers_held[i];
         }
@@ -882,21 +879,7 @@ impl Driver {
 
     /// One transaction of `steps` committed with `d`; on an injected failure, retried (if
     /// `retry`) with the same operations in a new transaction.
-    /// A sync on another thread that an injected fault failed poisons the handle after the
-    /// call that started it returned, and the next call fails: reopen, as after a failed
-    /// commit. (One that fails later, during the call, fails the call instead.)
-    fn reopen_if_poisoned(&mut self) {
-        if let Err(e @ larch::Error::Poisoned { .. }) = self.db().begin_write().map(drop) {
-            self.event(format!("poisoned by a sync on another thread: {e}"));
-            self.fired("a sync on another thread", &e);
-            self.coverage.background_poisonings += 1;
-            self.coverage.reopens_after_failure += 1;
-            self.reopen();
-        }
-    }
-
     fn commit(&mut self, steps: &[Step], d: Durability, retry: bool) {
-        self.reopen_if_poisoned();
         for attempt in 0..4 {
             let db = self.db.as_ref().unwrap();
             let leaves_before = db.leaf_overflows();
@@ -983,7 +966,6 @@ impl Driver {
     }
 
     fn abort(&mut self, steps: &[Step], explicit: bool) {
-        self.reopen_if_poisoned();
         let before = self.shared.len();
         let db = self.db.as_ref().unwrap();
         let mut tx = db.begin_write().unwrap();
@@ -2096,8 +2078,7 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
     larch::set_bulk_batch_min(if seed % 2 == 0 { 1 } else { 0 });
     // Half the seeds with a bound (every one with LARCH_CRASH_BACKGROUND=all) sync on another
     // thread where a file would be flushed there (the background flushes ahead of a forced
-    // durable point), each done 1 to 16 calls later: a flush that a fault fails poisons the
-    // handle for the next call.
+    // durable point), each done 1 to 16 calls later.
     let all = std::env::var("LARCH_CRASH_BACKGROUND").is_ok_and(|v| v == "all");
     let background =
         (seed % 16 == 12 || (all && seed % 8 == 4)).then_some(1 + (seed / 8 % 16) as usize);
