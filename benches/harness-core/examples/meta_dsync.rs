@@ -50,18 +50,8 @@ fn main() -> std::io::Result<()> {
     }));
     let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(41);
     let path = dir.join("meta_dsync.dat");
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)?;
-    // The whole file written and synced first: the rounds overwrite allocated blocks.
-    let chunk = vec![0x5a_u8; 1 << 20];
-    for i in 0..FILE_MIB {
-        f.write_all_at(&chunk, i << 20)?;
-    }
-    f.sync_all()?;
+    // The rounds overwrite allocated blocks.
+    let f = larch_bench_core::scratch::written_file(&path, FILE_MIB)?;
     let dsync = OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_DSYNC)

@@ -21,7 +21,7 @@
 //! to `1 page`. Each separate range is its own request to the device; on a virtio disk each
 //! request is a notification of the host (`iowrite16` in `perf record` of a Sync commit).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -83,19 +83,9 @@ fn main() -> std::io::Result<()> {
     }));
     let rounds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2_000);
     let path = dir.join("sync_ranges.dat");
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)?;
     let buf = vec![0x5a_u8; 8 * PAGE as usize];
-    // The whole file written and synced first: the rounds overwrite allocated blocks.
-    let chunk = vec![0x5a_u8; 1 << 20];
-    for i in 0..(FILE_PAGES * PAGE) >> 20 {
-        f.write_all_at(&chunk, i << 20)?;
-    }
-    f.sync_all()?;
+    // The rounds overwrite allocated blocks.
+    let f = larch_bench_core::scratch::written_file(&path, (FILE_PAGES * PAGE) >> 20)?;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut best = [f64::MAX; SHAPES.len()];
     for _pass in 0..2 {

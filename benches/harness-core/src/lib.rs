@@ -26,6 +26,7 @@ pub mod rate;
 pub mod rb;
 pub mod report;
 pub mod run;
+pub mod scratch;
 pub mod steps;
 pub mod table;
 
