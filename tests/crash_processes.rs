@@ -31,7 +31,9 @@
 
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
-use larch_testkit::processes::{newest_meta, open_cut, published, tree_in, tree_of, Tree};
+use larch_testkit::processes::{
+    every_cut_three_ways, newest_meta, open_cut, published, tree_in, tree_of, Tree,
+};
 use support::images::Image;
 use support::recording::{open_rw, IoOp};
 use support::{scratch_dir, Rng};
@@ -1048,18 +1050,9 @@ fn run(label: &str, seed: u64, steps: usize) -> Trace {
 /// Every cut of `trace`, three images each; how many.
 fn verify(trace: &Trace, label: &str, seed: u64) -> usize {
     let dir = scratch_dir();
-    let mut cuts = 0;
-    for k in 0..=trace.ops.len() {
-        for how in [
-            Image::DurableOnly,
-            Image::Everything,
-            Image::Random(k as u64 * 7919 + seed),
-        ] {
-            verify_cut(trace, k, how, dir.path(), label);
-            cuts += 1;
-        }
-    }
-    cuts
+    every_cut_three_ways(trace.ops.len(), seed, |k, how| {
+        verify_cut(trace, k, how, dir.path(), label)
+    })
 }
 
 /// A snapshot held across other processes' commits still shows its commit: no page it

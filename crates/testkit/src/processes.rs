@@ -100,3 +100,25 @@ impl Cut {
         let _ = std::fs::remove_file(format!("{}-lock", self.path.display()));
     }
 }
+
+/// Every cut of a log of `ops` operations (0 to `ops` done), three images each (DurableOnly,
+/// Everything, Random seeded by the cut and `seed`), handed to `verify`; how many.
+pub fn every_cut_three_ways(
+    ops: usize,
+    seed: u64,
+    mut verify: impl FnMut(usize, crate::images::Image),
+) -> usize {
+    use crate::images::Image;
+    let mut cuts = 0;
+    for k in 0..=ops {
+        for how in [
+            Image::DurableOnly,
+            Image::Everything,
+            Image::Random(k as u64 * 7919 + seed),
+        ] {
+            verify(k, how);
+            cuts += 1;
+        }
+    }
+    cuts
+}
