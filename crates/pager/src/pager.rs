@@ -108,6 +108,14 @@ pub struct Pager {
     counters: IoCounters,
     /// The background flush in flight, if any ([`Pager::start_background_flush`]).
     flush: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Syncs started, foreground and background: each takes the next number
+    /// ([`Pager::next_sync`]).
+    syncs_started: AtomicU64,
+    /// The highest number of a sync that succeeded: every write made before it started is
+    /// durable ([`Pager::synced_since`]). Shared with the background flush.
+    synced_through: Arc<AtomicU64>,
+    /// The storage can sync on another thread ([`Storage::background_sync`]).
+    flushes_in_background: bool,
     /// The file's name may not be durable yet: how to make it so
     /// ([`Pager::sync_name_at_next_sync`]).
     name_unsynced: Mutex<Option<SyncName>>,
@@ -133,6 +141,8 @@ pub struct IoCounters {
     pub syncs: AtomicU64,
     /// Background flushes started ([`Pager::start_background_flush`]).
     pub background_flushes: AtomicU64,
+    /// Metas written durable by themselves ([`Pager::write_meta_durable`]).
+    pub durable_meta_writes: AtomicU64,
 }
 
 impl Pager {
@@ -247,6 +257,7 @@ impl Pager {
         }
         let map = Map::new(storage.file(), reservation(file_len), false, opts.advice)
             .map_err(|e| PagerError::io("mmap", path, e))?;
+        let flushes_in_background = !opts.read_only && storage.syncs_in_background();
         let pager = Pager {
             path: path.to_path_buf(),
             storage,
@@ -259,6 +270,9 @@ impl Pager {
             file_len: AtomicU64::new(file_len),
             counters: IoCounters::default(),
             flush: Mutex::new(None),
+            syncs_started: AtomicU64::new(0),
+            synced_through: Arc::new(AtomicU64::new(0)),
+            flushes_in_background,
         };
         Ok((pager, metas))
     }
@@ -477,6 +491,29 @@ impl Pager {
         Ok(())
     }
 
+    /// Write `meta` (no manifest) into its slot and make that page durable before returning,
+    /// without syncing anything else ([`Storage::write_durable`]): the meta of a commit whose
+    /// pages a sync already made durable ([`Pager::synced_since`]). The file's name must be
+    /// durable too (`synced_since` says so). A failure poisons the handle, as for
+    /// [`Pager::write_meta`].
+    pub fn write_meta_durable(&self, meta: &Meta) -> Result<()> {
+        self.check_writable()?;
+        let page = meta.encode_page(&[], self.page_size);
+        self.count_write(&[&page]);
+        self.counters
+            .durable_meta_writes
+            .fetch_add(1, Ordering::Relaxed);
+        let slot = MetaSlot::for_txid(meta.txid);
+        let r = self
+            .storage
+            .write_durable(slot.page() * self.page_size as u64, &[&page]);
+        if let Err(e) = r {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(PagerError::io("write meta durably", &self.path, e));
+        }
+        Ok(())
+    }
+
     /// At a clean close, once commit `newest` is durable: record in the older meta slot that
     /// it was (its txid and checksum), then sync, so that open treats a later manifest
     /// mismatch of `newest` as damage rather than a torn commit (docs/format.md, "Torn or
@@ -544,11 +581,16 @@ impl Pager {
             return false;
         };
         let poisoned = self.poisoned.clone();
+        let through = self.synced_through.clone();
+        // Numbered before it starts: it writes back at least what was written before this.
+        let seq = self.syncs_started.fetch_add(1, Ordering::SeqCst) + 1;
         let spawned = std::thread::Builder::new()
             .name("larch-flush".into())
             .spawn(move || {
                 if job().is_err() {
                     poisoned.store(true, Ordering::Release);
+                } else {
+                    through.fetch_max(seq, Ordering::SeqCst);
                 }
             });
         match spawned {
@@ -572,6 +614,7 @@ impl Pager {
         // open file description, so a write error may have been reported to it instead of to
         // this sync: wait for it and look at what it found.
         let mut flush = self.flush.lock();
+        let seq = self.syncs_started.fetch_add(1, Ordering::SeqCst) + 1;
         let r = self.storage.sync();
         if let Some(h) = flush.take() {
             let _ = h.join();
@@ -588,7 +631,30 @@ impl Pager {
                 std::io::Error::other("a background flush of the file failed"),
             ));
         }
-        self.sync_name()
+        self.sync_name()?;
+        self.synced_through.fetch_max(seq, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The number the next sync to start takes: once [`Pager::synced_since`] of it holds,
+    /// every write made before this call is durable.
+    pub fn next_sync(&self) -> u64 {
+        self.syncs_started.load(Ordering::SeqCst) + 1
+    }
+
+    /// A sync numbered `n` or later ([`Pager::next_sync`]) succeeded, in the foreground or
+    /// the background, the handle is not poisoned, and the file's name is durable (a
+    /// background flush does not fsync the directory: [`Pager::sync_name_at_next_sync`]).
+    pub fn synced_since(&self, n: u64) -> bool {
+        !self.is_poisoned()
+            && self.synced_through.load(Ordering::SeqCst) >= n
+            && self.name_unsynced.lock().is_none()
+    }
+
+    /// The storage syncs on another thread ([`Storage::syncs_in_background`]): what
+    /// [`Pager::start_background_flush`] needs.
+    pub fn syncs_in_background(&self) -> bool {
+        self.flushes_in_background
     }
 
     /// If the file's name may not be durable yet ([`Pager::sync_name_at_next_sync`]), fsync
@@ -627,7 +693,11 @@ impl Drop for Pager {
         // The flush thread holds a duplicate of the descriptor: wait for it, so the file
         // (and its flock) is closed when the pager is.
         if let Some(h) = self.flush.get_mut().take() {
-            let _ = h.join();
+            // Dropped on the flush thread itself (its `after` held the last handle): it
+            // ends with this drop.
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 }

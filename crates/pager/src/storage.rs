@@ -97,6 +97,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     }
     /// Make every write completed so far durable (fdatasync or msync).
     fn sync(&self) -> io::Result<()>;
+    /// Write `bufs` at `offset` as [`Storage::write_at`] does and make that range durable
+    /// before returning, as a write through a descriptor opened `O_DSYNC` does: nothing else
+    /// need be durable after it (a meta page whose commit's pages a sync already covered).
+    /// The default writes, then syncs everything: durable, and more.
+    fn write_durable(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.write_at(offset, bufs)?;
+        self.sync()
+    }
     /// How the pages it writes sit in the page cache; storage that has no page cache (test
     /// storage) ignores it, the default.
     fn set_cache_folios(&self, folios: CacheFolios) {
@@ -109,11 +117,16 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         None
     }
     /// A sync that another thread runs (`Pager::start_background_flush`): when it returns Ok,
-    /// every write completed before this call is durable. `None` when the storage has none.
-    /// The default fdatasyncs [`Storage::flush_handle`].
+    /// every write completed before this call is durable. `None` when the storage has none
+    /// (a caller then syncs in the foreground). The default fdatasyncs
+    /// [`Storage::flush_handle`].
     fn background_sync(&self) -> Option<BackgroundSync> {
         let file = self.flush_handle()?;
         Some(Box::new(move || file.sync_data()))
+    }
+    /// Whether [`Storage::background_sync`] gives a sync, asked once at open.
+    fn syncs_in_background(&self) -> bool {
+        self.flush_handle().is_some()
     }
     /// The file, for mapping it read-only.
     fn file(&self) -> &File;
@@ -459,6 +472,50 @@ impl Storage for FileStorage {
         }
         self.file.sync_data()?;
         m.resized = false;
+        Ok(())
+    }
+
+    fn write_durable(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        let data = bufs.concat();
+        let mut done = 0usize;
+        while done < data.len() {
+            let rest = &data[done..];
+            let iov = libc::iovec {
+                iov_base: rest.as_ptr() as *mut _,
+                iov_len: rest.len(),
+            };
+            // SAFETY: the iovec points into `data`, alive and unchanged for this call;
+            // pwritev2 only reads it. Not an access to the map.
+            let n = unsafe {
+                libc::pwritev2(
+                    self.file.as_raw_fd(),
+                    &iov,
+                    1,
+                    (offset + done as u64) as libc::off_t,
+                    libc::RWF_DSYNC,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    // A kernel before 4.7 (no pwritev2, or no RWF_DSYNC): write it, then
+                    // sync everything, which makes this range durable too.
+                    Some(libc::ENOSYS | libc::EOPNOTSUPP) => {
+                        self.file.write_all_at(rest, offset + done as u64)?;
+                        return self.file.sync_data();
+                    }
+                    _ => return Err(e),
+                }
+            }
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "pwritev2 wrote nothing",
+                ));
+            }
+            done += n as usize;
+        }
         Ok(())
     }
 
