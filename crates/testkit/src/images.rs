@@ -1,8 +1,9 @@
 //! Power-cut images: what a disk may hold after a cut that follows the first `k` operations
 //! of a [`Recording`](crate::recording::Recording)'s log, and what a recovered database must
 //! then show. Everything up to the last completed sync is on the disk; what came after it
-//! lands as the [`Image`] says. A sync on another thread counts from its start once it is
-//! done ([`durable_prefix`]).
+//! lands as the [`Image`] says, but for a durable write ([`IoOp::DurableWrite`]), which is
+//! on the disk whole in every image once it returned. A sync on another thread counts from
+//! its start once it is done ([`durable_prefix`]).
 
 use std::collections::BTreeMap;
 
@@ -24,9 +25,11 @@ pub enum Image {
     /// Each 4 KiB block of each later write: lost, written, torn (a prefix), or one sector;
     /// each later resize done or not (seeded by the number).
     Random(u64),
-    /// Every later write but the one at this index of the log (lost whole).
+    /// Every later write but the one at this index of the log (lost whole). A durable write
+    /// is lost only as the last operation of the cut (the one the cut interrupted).
     AllBut(usize),
     /// Every later write, the one at this index torn: only its first 64 bytes (half a meta).
+    /// A durable write is torn only as the last operation of the cut.
     Torn(usize),
     /// Every later write, but one page (of the file's page size) of the multi-page write at
     /// this index: (op index, page within the write).
@@ -52,7 +55,7 @@ pub fn land(img: &mut Vec<u8>, ops: &[IoOp], how: Image, page_size: usize, rng: 
     let durable_end = durable_prefix(ops);
     for op in &ops[..durable_end] {
         match op {
-            IoOp::Write { off, data } => apply(img, *off, data),
+            IoOp::Write { off, data } | IoOp::DurableWrite { off, data } => apply(img, *off, data),
             IoOp::SetLen(len) => img.resize(*len as usize, 0),
             IoOp::Sync | IoOp::SyncStart(_) | IoOp::SyncEnd(_) => {}
         }
@@ -60,6 +63,16 @@ pub fn land(img: &mut Vec<u8>, ops: &[IoOp], how: Image, page_size: usize, rng: 
     for (i, op) in ops[durable_end..].iter().enumerate() {
         let at = durable_end + i;
         match (op, how) {
+            // Durable by itself once it returned, over whatever earlier writes to its range
+            // did land. The last operation of a cut may be the one the cut interrupted: as
+            // that, `AllBut` and `Torn` may lose or tear it.
+            (IoOp::DurableWrite { off, data }, how) => match how {
+                Image::AllBut(j) if j == at && at + 1 == ops.len() => {}
+                Image::Torn(j) if j == at && at + 1 == ops.len() => {
+                    apply(img, *off, &data[..64.min(data.len())])
+                }
+                _ => apply(img, *off, data),
+            },
             (_, Image::DurableOnly) | (IoOp::Sync | IoOp::SyncStart(_) | IoOp::SyncEnd(_), _) => {}
             (IoOp::Write { off, data }, Image::Everything) => apply(img, *off, data),
             (IoOp::Write { off, data }, Image::AllBut(j)) => {

@@ -20,6 +20,12 @@ pub enum IoOp {
         off: u64,
         data: Vec<u8>,
     },
+    /// A write durable when it returned, and nothing else with it (`Storage::write_durable`:
+    /// `RWF_DSYNC`). A fault that cuts it short logs the part written as a plain `Write`.
+    DurableWrite {
+        off: u64,
+        data: Vec<u8>,
+    },
     Sync,
     /// A sync started on another thread (`Storage::background_sync`), numbered.
     SyncStart(u64),
@@ -234,6 +240,38 @@ impl<T: Send + 'static> Storage for Recording<T> {
                 Err(e)
             }
         }
+    }
+
+    fn write_durable(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+        self.await_due_syncs();
+        let data = bufs.concat();
+        let fault = self.fault(Call::Write);
+        let mut log = self.log.lock().unwrap();
+        match fault {
+            None => {
+                self.file.write_all_at(&data, offset)?;
+                self.push(&mut log, IoOp::DurableWrite { off: offset, data });
+                Ok(())
+            }
+            Some(Fault::Fail(e)) => Err(e),
+            Some(Fault::Short(e)) => {
+                // The first half reached the page cache, not the disk.
+                let half = data[..data.len() / 2].to_vec();
+                self.file.write_all_at(&half, offset)?;
+                self.push(
+                    &mut log,
+                    IoOp::Write {
+                        off: offset,
+                        data: half,
+                    },
+                );
+                Err(e)
+            }
+        }
+    }
+
+    fn syncs_in_background(&self) -> bool {
+        self.background.is_some()
     }
 
     fn background_sync(&self) -> Option<larch::BackgroundSync> {
