@@ -170,16 +170,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i - 1]
 }
 
-fn delta_io(after: IoStats, before: IoStats) -> IoStats {
-    IoStats {
-        write_calls: after.write_calls - before.write_calls,
-        bytes_written: after.bytes_written - before.bytes_written,
-        syncs: after.syncs - before.syncs,
-        background_flushes: after.background_flushes - before.background_flushes,
-        commits: after.commits - before.commits,
-    }
-}
-
 /// One policy in one write mode: its fresh database and what it has cost so far.
 struct Runner {
     policy: Policy,
@@ -240,7 +230,7 @@ impl Runner {
 
     /// Stats of the final state; then close and delete the file (a null-policy file is GBs).
     fn finish(mut self, a: &Args) -> Row {
-        let io = delta_io(self.db.io_stats(), self.io0);
+        let io = self.db.io_stats().since(&self.io0);
         let stats = self.db.stats().expect("stats");
         drop(self.db);
         let _ = std::fs::remove_file(&self.path);

@@ -34,6 +34,9 @@ pub(crate) enum Undo {
     Freed(PageId, u64),
     /// The same, for pages written after the last durable commit (unpinned.rs).
     ReaderFreed(PageId, u64),
+    /// Freed into the pending queue only because a durable point pins it (unpinned.rs,
+    /// `note_point_pinned`).
+    PointFreed(PageId, u64),
 }
 
 impl Txn {
@@ -107,6 +110,10 @@ impl Txn {
         if written > self.on_disk {
             self.writer.reader_pinned.add(self.txid, p, n, written);
             self.undo.push(Undo::ReaderFreed(p, n));
+        } else if written > self.meta_on_disk {
+            self.writer.free.free(self.txid, p, n);
+            self.writer.reader_pinned.note_point_pinned(self.txid, n);
+            self.undo.push(Undo::PointFreed(p, n));
         } else {
             self.writer.free.free(self.txid, p, n);
             self.undo.push(Undo::Freed(p, n));
@@ -178,6 +185,10 @@ impl Txn {
                 }
                 Undo::Freed(p, n) => {
                     free.pending.remove(txid, p, n);
+                }
+                Undo::PointFreed(p, n) => {
+                    free.pending.remove(txid, p, n);
+                    writer.reader_pinned.unnote_point_pinned(txid, n);
                 }
                 Undo::ReaderFreed(p, n) => {
                     writer.reader_pinned.remove(txid, p, n);

@@ -148,7 +148,22 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
         .min(pending_settled)
         + w.reader_pinned.freed_through(readers_safe.min(below))
         + w.reader_pinned.freed_after(below);
-    let held = pending_settled + w.reader_pinned.len();
+    let taken = w.trigger.taken_since_begin(w.free.free_pages());
+    // Pages a durable point in the background pins (written by a commit up to its own, freed
+    // since) wait in the pending queue until a point after it ends, where only readers would
+    // hold them without it: they count as held. Under Null, which reuses nothing, they are
+    // dead space; left out, the free count dipped at every point and the minimum over the
+    // windows kept the dip, so the file grew past its bound. Under a policy that reuses
+    // pages they are the working space the point keeps from the writer, which takes from
+    // the free set or the end of the file instead: as many as the last commit took from the
+    // free set, per commit since the durable one, do not count.
+    let point_pinned = w.reader_pinned.point_pinned_after(settled);
+    let point_working = if quiet && w.trigger.idle() {
+        0
+    } else {
+        point_pinned.min(taken.saturating_mul((committed.txid - settled).max(1)))
+    };
+    let held = pending_settled + w.reader_pinned.len() + point_pinned - point_working;
     let working = if quiet && w.trigger.idle() {
         0
     } else {
@@ -156,9 +171,7 @@ fn evaluate(shared: &Arc<Shared>, open_file: &OpenFile, w: &mut WriterState, qui
         // commits since the last one), and the commit after it leaves up to a commit's worth
         // of them in the free set, which the commits after it take back.
         let commits_in_flight = if committed.txid > durable { 3 } else { 2 };
-        w.trigger
-            .taken_since_begin(w.free.free_pages())
-            .saturating_mul(commits_in_flight)
+        taken.saturating_mul(commits_in_flight)
     };
     // The working space comes out of the pages in flight first, and what is left of it out
     // of the free set: after a durable point released two commits' pages at once, the next

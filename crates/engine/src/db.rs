@@ -45,8 +45,26 @@ pub struct IoStats {
     /// fdatasyncs started on another thread ahead of a durable point that
     /// [`Options::max_unsynced_bytes`] forces, so it finds less to write.
     pub background_flushes: u64,
+    /// Metas written durable by themselves (`RWF_DSYNC`): durable points that
+    /// [`Options::max_unsynced_bytes`] started, finished in the background.
+    pub durable_meta_writes: u64,
     /// Txid of the newest commit (commits made, counting those of earlier handles).
     pub commits: u64,
+}
+
+impl IoStats {
+    /// What happened between `before` (an earlier [`Db::io_stats`] of the same handle) and
+    /// this one.
+    pub fn since(&self, before: &IoStats) -> IoStats {
+        IoStats {
+            write_calls: self.write_calls - before.write_calls,
+            bytes_written: self.bytes_written - before.bytes_written,
+            syncs: self.syncs - before.syncs,
+            background_flushes: self.background_flushes - before.background_flushes,
+            durable_meta_writes: self.durable_meta_writes - before.durable_meta_writes,
+            commits: self.commits - before.commits,
+        }
+    }
 }
 
 /// An open database file. `Send + Sync`: share it between threads by reference or `Arc`.
@@ -645,6 +663,7 @@ impl Db {
             bytes_written: c.bytes_written.load(Relaxed),
             syncs: c.syncs.load(Relaxed),
             background_flushes: c.background_flushes.load(Relaxed),
+            durable_meta_writes: c.durable_meta_writes.load(Relaxed),
             commits,
         }
     }

@@ -29,6 +29,27 @@ pub(crate) struct DurableState {
     pub meta_written: TxId,
     /// What the Async commits since the last durable one wrote.
     pub batch: Batch,
+    /// An Async commit being made durable while the writer goes on (`start_point`).
+    pub point: Option<Point>,
+}
+
+/// A durable point made in the background (docs/format.md, "Durable points in the
+/// background"): the Async commit that `Options::max_unsynced_bytes` picks stays Async, an
+/// fdatasync of everything written so far runs on another thread, and once it has succeeded
+/// a later commit writes the point's meta with a write that is durable by itself
+/// (`Pager::write_meta_durable`): the commit is then durable, without the writer having
+/// waited for the whole file to be written back. Until then its tree is pinned
+/// (`DurableState::pinned_through`): no page it reaches is written over, as for a meta on
+/// disk.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Point {
+    meta: Meta,
+    /// The sync that must succeed before the meta is written (`Pager::next_sync` after the
+    /// commit's pages were written).
+    need: u64,
+    /// Whether that sync was started (a flush in flight can keep one from starting: the
+    /// next commit tries again).
+    started: bool,
 }
 
 impl DurableState {
@@ -41,7 +62,30 @@ impl DurableState {
             meta_unsynced: None,
             meta_written: meta.txid,
             batch: Batch::default(),
+            point: None,
         }
+    }
+
+    /// Pages written by a commit up to this one may be in a tree that open could pick after
+    /// a crash, or soon could: [`DurableState::on_disk`], or the commit a durable point in
+    /// the background is making durable (unpinned.rs).
+    pub(crate) fn pinned_through(&self) -> TxId {
+        self.on_disk().max(self.point.map_or(0, |p| p.meta.txid))
+    }
+
+    /// A durable point can start in the background at commit `txid`: none is in flight, no
+    /// meta was written since the durable one, and `txid`'s meta slot is not the durable
+    /// meta's, so its meta can later be written with the durable one as the fallback.
+    pub(crate) fn point_possible(&self, txid: TxId) -> bool {
+        self.point.is_none()
+            && self.meta_unsynced.is_none()
+            && self.meta_written == self.durable
+            && txid % 2 != self.durable % 2
+    }
+
+    /// A durable point is in flight.
+    pub(crate) fn point_in_flight(&self) -> bool {
+        self.point.is_some()
     }
 
     /// The newest meta that open could pick after a crash: pages written after it are in
@@ -194,6 +238,19 @@ impl Batch {
         }
     }
 
+    /// Every commit up to `txid` became durable (a durable point in the background): list
+    /// only what the commits after it wrote, as if `txid` had been the durable one all along.
+    fn durable_through(&mut self, txid: TxId) {
+        if self.broken {
+            return;
+        }
+        self.objects.retain(|_, o| o.txid > txid);
+        self.last_removed.retain(|(_, o)| o.txid > txid);
+        let objects = &self.objects;
+        self.last_added.retain(|p| objects.contains_key(p));
+        self.run_count = self.runs().len();
+    }
+
     /// Everything but the last recorded commit became durable: list only what it added.
     fn keep_last(&mut self) {
         let last: BTreeMap<_, _> = self
@@ -299,6 +356,10 @@ impl DurableState {
     /// Finish a commit whose pages are written: sync and write the meta as `d` asks. `freed`
     /// are the runs it stopped reaching; `manifest` what it wrote (empty if that does not fit a
     /// meta page). The commit before it is `self.committed`.
+    ///
+    /// `point`: an Async commit that starts a durable point in the background
+    /// ([`DurableState::point_possible`] must hold). Before an Async commit is recorded, the
+    /// point in flight takes its next step if its sync is done.
     pub(crate) fn commit_meta(
         &mut self,
         file: &OpenFile,
@@ -306,7 +367,12 @@ impl DurableState {
         d: Durability,
         freed: &[(PageId, u64)],
         manifest: &[ManifestRun],
+        point: bool,
     ) -> Result<bool> {
+        if d == Durability::Async {
+            // Before this commit is recorded: a failed step fails it (the handle is poisoned).
+            self.advance_point(file)?;
+        }
         let prev = self.committed;
         let capacity = larch_pager::manifest_capacity(file.pager.page_size());
         self.batch.record(freed, manifest, capacity);
@@ -315,7 +381,75 @@ impl DurableState {
             // Rolled back: what the batch recorded for this commit is wrong now.
             self.batch.break_off();
         }
+        if r.is_ok() && point && d == Durability::Async && self.point_possible(meta.txid) {
+            self.start_point(file, meta);
+        }
         r
+    }
+
+    /// Start making `meta`, the Async commit just recorded, durable in the background: a
+    /// sync of its pages on another thread first (if one is running, a later commit starts
+    /// it). Nothing waits for it here, and nothing fails the commit, which is recorded
+    /// already and promised nothing durable: a sync that fails poisons the handle, and the
+    /// next call reports it.
+    fn start_point(&mut self, file: &OpenFile, meta: Meta) {
+        let need = file.pager.next_sync();
+        let started = file.pager.start_background_flush();
+        self.point = Some(Point {
+            meta,
+            need,
+            started,
+        });
+    }
+
+    /// Finish the durable point in flight if the sync it waits for is done: write its meta
+    /// into its slot (not the durable meta's) with a write durable by itself. A point that a
+    /// durable commit or a newer meta overtook is dropped: what makes that one durable does
+    /// its work.
+    pub(crate) fn advance_point(&mut self, file: &OpenFile) -> Result<()> {
+        let Some(mut p) = self.point else {
+            return Ok(());
+        };
+        let txid = p.meta.txid;
+        if self.durable >= txid
+            || self.meta_unsynced.is_some()
+            || self.meta_written != self.durable
+            || txid % 2 == self.durable % 2
+        {
+            // Overtaken: durable, or a newer meta is on disk (NoMetaSync) that the next
+            // sync makes durable. (The slot cannot have come to be the durable meta's
+            // without a newer commit becoming durable; checked all the same.)
+            self.point = None;
+            return Ok(());
+        }
+        if !file.pager.synced_since(p.need) {
+            if !p.started {
+                p.started = file.pager.start_background_flush();
+                self.point = Some(p);
+            }
+            // A failed sync poisoned the handle: so that this commit fails as the next
+            // would, rather than after writing its pages.
+            file.pager.check_writable()?;
+            return Ok(());
+        }
+        // Its pages are durable, no page its tree reaches was written since
+        // (`pinned_through`), and the durable meta is in the other slot: a torn write of
+        // this one leaves that fallback. Counted as on disk before the write: a failed write
+        // may still have left it there (the handle is poisoned then).
+        self.meta_written = txid;
+        file.pager.write_meta_durable(&p.meta)?;
+        self.durable = txid;
+        self.point = None;
+        self.batch.durable_through(txid);
+        file.note_durable(self.durable);
+        Ok(())
+    }
+
+    /// Forget a point that a durable commit overtook.
+    fn drop_overtaken_point(&mut self) {
+        if self.point.is_some_and(|p| p.meta.txid <= self.durable) {
+            self.point = None;
+        }
     }
 
     /// Returns true when a Sync commit was left to a later sync (group commit, below): the caller
@@ -358,6 +492,7 @@ impl DurableState {
         if self.durable == meta.txid {
             self.batch.reset();
         }
+        self.drop_overtaken_point();
         file.note_durable(self.durable);
         Ok(deferred)
     }
@@ -454,12 +589,14 @@ impl DurableState {
             self.meta_written = self.meta_written.max(self.durable);
             self.meta_unsynced = None;
             self.batch.reset();
+            self.drop_overtaken_point();
         }
     }
 
     /// Make the newest commit durable (`Db::sync`, close).
     pub(crate) fn sync_all(&mut self, file: &OpenFile) -> Result<()> {
         let r = self.sync_all_inner(file);
+        self.drop_overtaken_point();
         file.note_durable(self.durable);
         r
     }
@@ -573,6 +710,39 @@ mod tests {
         );
         b.keep_last();
         assert_eq!(b.runs().len(), 1);
+    }
+
+    #[test]
+    fn a_durable_point_leaves_only_what_later_commits_wrote_in_the_list() {
+        let mut b = Batch::default();
+        b.record(
+            &[],
+            &[node(5, 3, 11), node(6, 3, 12), overflow(10, 2, 3, 50)],
+            100,
+        );
+        b.record(&[], &[node(7, 4, 13), node(8, 4, 14)], 100);
+        // Commit 5 frees commit 3's overflow run and page 8, and writes page 20.
+        b.record(&[(10, 2), (8, 1)], &[node(20, 5, 15)], 100);
+        // Commit 4 became durable in the background: commit 3's pages and its own are
+        // durable, commit 5's are not, and as of commit 4 nothing after it was written.
+        b.durable_through(4);
+        assert_eq!(
+            b.runs(),
+            vec![ManifestRun {
+                checksum: larch_pager::node_run_checksum([15]),
+                ..node(20, 5, 0)
+            }]
+        );
+        assert_eq!(b.run_count, 1);
+        assert_eq!(b.runs_before_last(), vec![]);
+        // A commit after it adds to the list as after any durable commit.
+        b.record(&[], &[node(21, 6, 16)], 100);
+        assert_eq!(b.runs().len(), 2);
+        assert_eq!(b.run_count, 2);
+        // A list that no longer describes the commits stays so.
+        b.break_off();
+        b.durable_through(6);
+        assert!(b.broken);
     }
 
     #[test]

@@ -20,6 +20,11 @@ use crate::{PageId, TxId};
 pub(crate) struct ReaderPinned {
     by_txid: BTreeMap<TxId, Vec<(PageId, u64, TxId)>>,
     pages: u64,
+    /// Pages in the pending queue only because a durable point in the background pins them
+    /// (written after the newest meta on disk, not after the point's commit), by the txid
+    /// that freed them: without the point they would be here. For the compaction trigger
+    /// (autocompact.rs), which counts them as these.
+    point_pinned: BTreeMap<TxId, u64>,
 }
 
 impl ReaderPinned {
@@ -51,7 +56,16 @@ impl ReaderPinned {
     /// Everything freed by a transaction no reader is older than: reusable now if written
     /// after `on_disk` (the newest meta written to the file), otherwise handed to the ordinary
     /// pending queue. Returns pages reusable.
-    pub fn release(&mut self, readers_safe: TxId, on_disk: TxId, free: &mut FreeSpace) -> u64 {
+    pub fn release(
+        &mut self,
+        readers_safe: TxId,
+        on_disk: TxId,
+        meta_on_disk: TxId,
+        durable: TxId,
+        free: &mut FreeSpace,
+    ) -> u64 {
+        // Settled: the pending queue releases them like any other.
+        self.point_pinned = self.point_pinned.split_off(&(durable + 1));
         let mut reusable = Vec::new();
         while let Some((&freed_by, _)) = self.by_txid.first_key_value() {
             if freed_by > readers_safe {
@@ -64,6 +78,9 @@ impl ReaderPinned {
                     reusable.push((p, n));
                 } else {
                     free.free(freed_by, p, n);
+                    if written > meta_on_disk {
+                        self.note_point_pinned(freed_by, n);
+                    }
                 }
             }
         }
@@ -89,6 +106,27 @@ impl ReaderPinned {
     fn sum<'a>(runs: impl Iterator<Item = (&'a TxId, &'a Vec<(PageId, u64, TxId)>)>) -> u64 {
         runs.map(|(_, r)| r.iter().map(|&(_, n, _)| n).sum::<u64>())
             .sum()
+    }
+
+    /// `n` pages freed by `freed_by` went to the pending queue only because a durable point
+    /// pins them.
+    pub fn note_point_pinned(&mut self, freed_by: TxId, n: u64) {
+        *self.point_pinned.entry(freed_by).or_default() += n;
+    }
+
+    /// Undo a [`ReaderPinned::note_point_pinned`] (abort).
+    pub fn unnote_point_pinned(&mut self, freed_by: TxId, n: u64) {
+        if let Some(c) = self.point_pinned.get_mut(&freed_by) {
+            *c = c.saturating_sub(n);
+        }
+    }
+
+    /// Pages a durable point pins that were freed by a transaction > `txid`.
+    pub fn point_pinned_after(&self, txid: TxId) -> u64 {
+        match txid.checked_add(1) {
+            Some(from) => self.point_pinned.range(from..).map(|(_, n)| n).sum(),
+            None => 0,
+        }
     }
 
     /// Pages waiting.

@@ -112,6 +112,9 @@ pub(crate) struct Txn {
     /// The newest meta open could pick after a crash, as of `begin` (it only grows: a page
     /// classified against an older value is re-checked when released, unpinned.rs).
     pub(crate) on_disk: TxId,
+    /// The newest meta open could pick when the transaction began (`on_disk` is that or the
+    /// commit a durable point in the background makes durable, if newer).
+    pub(crate) meta_on_disk: TxId,
     /// Unique per transaction, for savepoints.
     serial: u64,
     /// A tree edit began and did not return (a panic unwound through it): commit refuses.
@@ -134,6 +137,17 @@ pub(crate) struct Txn {
     /// The writer's `hot_run_grown` and `last_hot_run` before this commit placed its hot
     /// run, restored if the commit fails (`Txn::rollback`).
     pub(crate) hot_run_before: Option<(bool, Option<PageId>)>,
+    /// This Async commit starts a durable point in the background (`unsynced_over_limit`).
+    starts_point: bool,
+}
+
+/// What `Options::max_unsynced_bytes` asks of a commit (`Txn::unsynced_over_limit`).
+enum DurablePoint {
+    None,
+    /// Start making this Async commit durable in the background (durability.rs, `Point`).
+    Background,
+    /// Make this commit durable before it returns.
+    Now,
 }
 
 impl std::fmt::Debug for Txn {
@@ -203,7 +217,7 @@ impl Txn {
         // Pages freed by T may be overwritten once no reader is older than T and T is durable
         // (docs/format.md, invariant 1).
         let readers_safe = oldest.unwrap_or(base.meta.txid);
-        let (on_disk, unwritable_below, durable) = {
+        let (on_disk, unwritable_below, durable, meta_on_disk) = {
             let st = db.durability.lock();
             // Pages freed by the newest commit C are in the tree of the commit before it,
             // whose meta a later `Db::sync`, close or group commit still writes when C's slot
@@ -215,13 +229,15 @@ impl Txn {
             } else {
                 st.committed.txid
             };
-            (st.on_disk(), below, st.durable)
+            (st.pinned_through(), below, st.durable, st.on_disk())
         };
         // A page written after every meta that open could pick is in none of their trees.
         let writer_ref = &mut *writer;
         writer_ref.reader_pinned.release(
             readers_safe.min(unwritable_below),
             on_disk,
+            meta_on_disk,
+            durable,
             &mut writer_ref.free,
         );
         writer.free.release(readers_safe.min(durable));
@@ -257,6 +273,7 @@ impl Txn {
             gathered: false,
             done: false,
             on_disk,
+            meta_on_disk,
             writer,
             serial: TX_SERIAL.fetch_add(1, Ordering::Relaxed),
             interrupted: false,
@@ -267,6 +284,7 @@ impl Txn {
             hot_chunks: Vec::new(),
             hot_run_before: None,
             saves_free_map: true,
+            starts_point: false,
         })
     }
 
@@ -426,8 +444,12 @@ impl Txn {
         if follow {
             self.durability = Durability::Async;
         }
-        if !follow && self.durability != Durability::Sync && self.unsynced_over_limit() {
-            self.durability = Durability::Sync;
+        if !follow && self.durability != Durability::Sync {
+            match self.unsynced_over_limit() {
+                DurablePoint::None => {}
+                DurablePoint::Background => self.starts_point = true,
+                DurablePoint::Now => self.durability = Durability::Sync,
+            }
         }
         let r = self.commit_inner();
         if r.is_err() {
@@ -487,30 +509,41 @@ impl Txn {
         }
     }
 
-    /// Do the pages that wait for a durable commit (freed by commits after the durable one,
-    /// this one included) reach `Options::max_unsynced_bytes`? Then this commit is made
-    /// durable, so the next transactions can reuse them. A commit whose meta would take the
-    /// durable meta's slot leaves it to the next one: made durable, it would first have to
-    /// make the commit before it durable in the other slot, a third fdatasync
-    /// (durability.rs, `write_meta_keeping_fallback`).
-    ///
-    /// On the way there, each quarter of the limit starts an fdatasync on another thread
-    /// (`Pager::start_background_flush`), so the durable point finds most pages written back
-    /// and the writer waits for less.
-    fn unsynced_over_limit(&mut self) -> bool {
+    /// What `Options::max_unsynced_bytes` asks of this commit, from the pages that wait for a
+    /// durable commit (freed by commits after the durable one, this one included). At each
+    /// quarter of the limit, an Async commit starts a durable point in the background
+    /// (durability.rs, `Point`): the writer goes on while another thread syncs, and a later
+    /// commit writes its meta durably by itself. Where no point can start (one is in flight,
+    /// or a meta was written since the durable one), the quarter starts a plain fdatasync on
+    /// another thread (`Pager::start_background_flush`) instead, so that the next sync finds
+    /// most pages written back. At the limit, the commit is made durable before it returns,
+    /// so the next transactions can reuse them. A commit whose meta would take the durable
+    /// meta's slot leaves either to the next one: made durable, it would first have to make
+    /// the commit before it durable in the other slot, a third fdatasync (durability.rs,
+    /// `write_meta_keeping_fallback`).
+    fn unsynced_over_limit(&mut self) -> DurablePoint {
         let ps = self.limits.page_size as u64;
         let live = self
             .high_water
             .saturating_sub(self.writer.unreachable_pages())
             * ps;
         let Some(limit) = self.db.opts.max_unsynced.limit(live) else {
-            return false;
+            return DurablePoint::None;
         };
-        let (durable, synced_first) = {
+        let (durable, synced_first, in_flight, possible, next_possible) = {
             let st = self.db.durability.lock();
             // A NoMetaSync meta not yet synced is durable after the data sync that starts
             // this commit's durable point: that is the slot to keep.
-            (st.durable, st.meta_unsynced.unwrap_or(0).max(st.durable))
+            // Points in the background need a sync on another thread.
+            let asynchronous =
+                self.durability == Durability::Async && self.db.pager.syncs_in_background();
+            (
+                st.durable,
+                st.meta_unsynced.unwrap_or(0).max(st.durable),
+                st.point_in_flight(),
+                asynchronous && st.point_possible(self.txid),
+                asynchronous && st.point_possible(self.txid + 1),
+            )
         };
         let pending = &mut self.writer.free.pending;
         let waiting = (pending.len() - pending.freed_up_to(durable)).saturating_mul(ps);
@@ -518,16 +551,31 @@ impl Txn {
             // A durable point since released what was waiting then.
             self.writer.flush_started_at = 0;
         }
-        if waiting >= self.writer.flush_started_at + limit / 4
-            && waiting < limit
-            && self.db.pager.start_background_flush()
-        {
-            self.writer.flush_started_at = waiting;
+        let quarter = waiting >= self.writer.flush_started_at + limit / 4 && waiting < limit;
+        let point = if self.txid % 2 == synced_first % 2 {
+            DurablePoint::None
+        } else if waiting >= limit {
+            // The bound: durable here and now (overtaking a point in flight).
+            DurablePoint::Now
+        } else if quarter && !in_flight && possible {
+            // Made durable in the background, so the bound is rarely reached.
+            DurablePoint::Background
+        } else {
+            DurablePoint::None
+        };
+        match point {
+            // Its own sync, started once its pages are written, does this quarter's work: one
+            // started here would cover none of them and keep that one from starting.
+            DurablePoint::Background => self.writer.flush_started_at = waiting,
+            // The next commit can start a point (this one's meta would take the durable
+            // meta's slot): its sync does this quarter's work.
+            DurablePoint::None if quarter && next_possible => {}
+            DurablePoint::None if quarter && self.db.pager.start_background_flush() => {
+                self.writer.flush_started_at = waiting;
+            }
+            _ => {}
         }
-        if self.txid % 2 == synced_first % 2 {
-            return false;
-        }
-        waiting >= limit
+        point
     }
 
     /// Ok(true): a Sync commit left to a later sync (the caller waits for it).
@@ -622,13 +670,22 @@ impl Txn {
             .undo
             .iter()
             .filter_map(|u| match *u {
-                Undo::Freed(p, n) | Undo::ReaderFreed(p, n) => Some((p, n)),
+                Undo::Freed(p, n) | Undo::ReaderFreed(p, n) | Undo::PointFreed(p, n) => {
+                    Some((p, n))
+                }
                 _ => None,
             })
             .collect();
         let deferred = {
             let mut st = self.db.durability.lock();
-            let deferred = st.commit_meta(&self.db, meta, durability, &freed, &manifest)?;
+            let deferred = st.commit_meta(
+                &self.db,
+                meta,
+                durability,
+                &freed,
+                &manifest,
+                self.starts_point,
+            )?;
             // Other processes may read what has its meta on disk now.
             self.db.publish_on_disk(&st);
             // This transaction's writes are done: the file may shrink to a durable mark.

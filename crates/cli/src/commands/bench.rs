@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use larch_engine::{Db, Durability, IoStats, Options, Policy};
+use larch_engine::{Db, Durability, Options, Policy};
 
 use crate::error::{engine, CliError, CliResult};
 
@@ -349,7 +349,7 @@ fn write_phase(db: &Db, a: &BenchArgs, order: &[u64]) -> Result<(), BenchError> 
     db.sync()?;
     let sync = s.elapsed();
     let elapsed = start.elapsed();
-    let io = delta(db.io_stats(), io0);
+    let io = db.io_stats().since(&io0);
     let commits = io.commits.max(1) as f64;
 
     println!(
@@ -370,16 +370,6 @@ fn write_phase(db: &Db, a: &BenchArgs, order: &[u64]) -> Result<(), BenchError> 
         io.syncs as f64 / commits
     );
     Ok(())
-}
-
-fn delta(now: IoStats, then: IoStats) -> IoStats {
-    IoStats {
-        write_calls: now.write_calls - then.write_calls,
-        bytes_written: now.bytes_written - then.bytes_written,
-        syncs: now.syncs - then.syncs,
-        background_flushes: now.background_flushes - then.background_flushes,
-        commits: now.commits - then.commits,
-    }
 }
 
 fn read_phase(db: &Db, a: &BenchArgs, order: &[u64]) -> Result<(), BenchError> {
