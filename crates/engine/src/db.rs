@@ -498,6 +498,7 @@ impl Db {
                 spare_nodes: Default::default(),
                 written: Default::default(),
                 flush_started_at: 0,
+                holder: None,
                 hot_run_grown: false,
                 last_hot_run: None,
                 freemap_carried,
