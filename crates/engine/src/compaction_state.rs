@@ -129,6 +129,9 @@ pub(crate) struct Trigger {
     born: Option<u64>,
     /// Commits observed since the last quiet check ([`Trigger::quiet`]).
     commits: u64,
+    /// Commits observed in the current window, and in the one before it.
+    window_commits: u64,
+    prev_commits: u64,
     /// Free pages when the current window began, and how far they may grow before the window
     /// ends anyway (see [`Trigger::observe`]).
     window_base: u64,
@@ -149,6 +152,7 @@ impl Trigger {
     /// while garbage piles up, and a window that never ends would never count it.
     pub(crate) fn observe(&mut self, free: u64, durable: crate::TxId, span: u64) -> u64 {
         self.commits += 1;
+        self.window_commits += 1;
         self.span = span;
         self.roll(free, durable)
     }
@@ -174,9 +178,25 @@ impl Trigger {
         high_water: u64,
     ) -> u64 {
         let stalled = matches!(self.checked_at, Some((d, h)) if d == durable && high_water <= h);
+        if self.started
+            && self.commits > 0
+            && durable != self.window
+            && self.window_commits < self.prev_commits
+            && self.cur_min < self.window_base
+        {
+            // A `Db::sync` (or close) made the newest commit durable partway through a
+            // window shorter than the one before it, while the writer was still taking the
+            // free pages the last durable point released (fewer free than at the window's
+            // start: a policy that reuses pages). Ending the window here kept a minimum taken
+            // before the writer had used them, and short-lived processes that sync before
+            // closing compacted a file of working space. The window goes on. Under Null the
+            // free pages only grow, and the window ends: what piled up counts.
+            self.window = durable;
+        }
         if self.started && (self.commits == 0 || stalled) && durable == self.window {
             (self.prev_min, self.cur_min) = (self.cur_min, free);
             self.window_base = free;
+            self.prev_commits = std::mem::take(&mut self.window_commits);
         }
         self.checked_at = Some((durable, high_water));
         self.commits = 0;
@@ -200,6 +220,7 @@ impl Trigger {
         {
             (self.prev_min, self.cur_min, self.window) = (self.cur_min, free, durable);
             self.window_base = free;
+            self.prev_commits = std::mem::take(&mut self.window_commits);
         } else {
             self.cur_min = self.cur_min.min(free);
         }
@@ -261,5 +282,72 @@ impl CompactReport {
             return 1.0;
         }
         self.before_bytes as f64 / self.after_bytes as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Trigger;
+
+    /// A writer under a reusing policy: each window it takes what the durable point before
+    /// it released, 20 pages a commit, down to nothing.
+    fn cycle(t: &mut Trigger, durable: u64, commits: u64) -> u64 {
+        let mut slack = 0;
+        for i in 0..commits {
+            slack = t.observe(256u64.saturating_sub(20 * i), durable, 1000);
+        }
+        slack
+    }
+
+    #[test]
+    fn a_sync_partway_through_a_short_window_does_not_end_it() {
+        let mut t = Trigger::default();
+        t.quiet(0, 1, 1000, 500);
+        for d in [10, 30, 50] {
+            assert_eq!(cycle(&mut t, d, 20), 0);
+        }
+        // A point at 70, six commits (free 256 -> 156), then `Db::sync` makes 76 durable:
+        // the writer had not yet taken what the point released.
+        cycle(&mut t, 70, 6);
+        assert_eq!(t.quiet(256, 76, 1000, 500), 0);
+        // The next commits go on in the same window; the next point ends it.
+        cycle(&mut t, 76, 14);
+        assert_eq!(cycle(&mut t, 90, 20), 0);
+    }
+
+    #[test]
+    fn a_sync_after_a_window_as_long_as_the_one_before_ends_it() {
+        let mut t = Trigger::default();
+        t.quiet(0, 1, 1000, 500);
+        // Dead space: 300 free pages the writer never takes, each window as long as the last.
+        let mut d = 1;
+        for _ in 0..3 {
+            d += 10;
+            for _ in 0..10 {
+                t.observe(300, d, 1000);
+            }
+        }
+        assert_eq!(t.quiet(300, d + 10, 1000, 500), 300);
+    }
+
+    #[test]
+    fn a_sync_partway_through_a_short_window_of_a_writer_that_takes_nothing_ends_it() {
+        // Null: free pages only grow, windows end at durable points every ten commits.
+        let mut t = Trigger::default();
+        t.quiet(0, 1, 1000, 500);
+        let mut free = 0;
+        for d in [10, 20, 30] {
+            for _ in 0..10 {
+                free += 10;
+                t.observe(free, d, 1000);
+            }
+        }
+        // Three commits into the next window, a sync: the window ends, and the one before it
+        // (which began at 210 free) becomes the older of the two.
+        for _ in 0..3 {
+            free += 10;
+            t.observe(free, 40, 1000);
+        }
+        assert_eq!(t.quiet(free, 43, 1000, 500), 310);
     }
 }
