@@ -27,7 +27,8 @@ pub enum IoOp {
         data: Vec<u8>,
     },
     Sync,
-    /// A sync started on another thread (`Storage::background_sync`), numbered.
+    /// A sync started on another thread (`Storage::background_sync`), numbered: no two in
+    /// the process share a number, whichever `Recording` started them.
     SyncStart(u64),
     /// That sync returned Ok: what was logged before its start is durable.
     SyncEnd(u64),
@@ -91,10 +92,16 @@ pub struct Recording<T = IoOp> {
 /// it is done).
 #[derive(Debug, Default)]
 struct BackgroundSyncs {
-    next: std::sync::atomic::AtomicU64,
     pending: Mutex<Vec<(u64, usize)>>,
     done: std::sync::Condvar,
 }
+
+/// The number of the next sync on another thread, of any [`Recording`]: two handles of one
+/// file (two processes of a simulation) each have their own `Recording` logging into one log
+/// at the same time, and [`crate::images::durable_prefix`] pairs a `SyncEnd` with the
+/// `SyncStart` of its number: one numbering per `Recording` would pair the end of one
+/// handle's sync with the start of the other's.
+static NEXT_BACKGROUND_SYNC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How long a sync on another thread waits for its calls before it is done anyway (the
 /// writer stopped calling: a foreground sync waits for it, or the handle closes).
@@ -278,7 +285,7 @@ impl<T: Send + 'static> Storage for Recording<T> {
         let lag = self.background?;
         self.await_due_syncs();
         let bg = self.background_syncs.clone();
-        let id = bg.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = NEXT_BACKGROUND_SYNC.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let due = {
             let mut log = self.log.lock().unwrap();
             self.push(&mut log, IoOp::SyncStart(id));
