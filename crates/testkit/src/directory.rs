@@ -124,6 +124,9 @@ pub struct RecordingFs {
     pub fault: Option<DirFault>,
     /// How long each sync of a file it makes takes (entering the log at its end).
     pub sync_delay: Duration,
+    /// Syncs on another thread for the files it makes, each done this many calls later
+    /// ([`Recording::syncs_in_background`]).
+    pub background: Option<usize>,
 }
 
 impl RecordingFs {
@@ -133,6 +136,7 @@ impl RecordingFs {
             log,
             fault: None,
             sync_delay: Duration::ZERO,
+            background: None,
         }
     }
 
@@ -140,6 +144,15 @@ impl RecordingFs {
     /// entry at the sync's end): threads of the handle pile up behind it as on a disk.
     pub fn sync_delay(mut self, delay: Duration) -> RecordingFs {
         self.sync_delay = delay;
+        self
+    }
+
+    /// The files it makes sync on another thread, each sync done `lag` calls after it starts
+    /// ([`Recording::syncs_in_background`]), as the database's storage does: a compacted
+    /// copy becomes the database at a switch, and without them it would make no durable
+    /// point in the background from then on.
+    pub fn syncs_in_background(mut self, lag: usize) -> RecordingFs {
+        self.background = Some(lag);
         self
     }
 
@@ -157,6 +170,7 @@ impl RecordingFs {
             log,
             fault: Some(fault),
             sync_delay: Duration::ZERO,
+            background: None,
         }
     }
 
@@ -223,7 +237,11 @@ impl CompactionFs for RecordingFs {
                 id
             }
         };
-        Box::new(recording(file, id, &self.log).sync_delay(self.sync_delay, SyncRecorded::AtEnd))
+        let r = recording(file, id, &self.log).sync_delay(self.sync_delay, SyncRecorded::AtEnd);
+        Box::new(match self.background {
+            Some(lag) => r.syncs_in_background(lag),
+            None => r,
+        })
     }
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.turn("hard_link")?;
