@@ -21,6 +21,18 @@
 //! acknowledges as durable every commit of its process whose `commit()` returned before the
 //! sync began.
 //!
+//! Half the seeds give every file syncs on another thread (`Recording::syncs_in_background`,
+//! each done 1 to 16 calls after it starts) and a `max_unsynced_bytes` bound small enough that
+//! Async commits make durable points in the background (docs/format.md, "Durable points in
+//! the background"): the main thread makes runs of Async commits, half of them with the
+//! helpers held off so that points finish, the rest racing the helpers; a second process
+//! makes mostly Async commits and closes, half the time with no sync before (close makes them
+//! durable: acknowledged then). So points start, finish, are overtaken by a `Db::sync`, a Sync
+//! or group commit, a NoMetaSync meta or the bound, and are in flight when a switch copies
+//! and renames the file or a process closes, while the flush thread's sync races a switch's
+//! rename. Syncs on another thread take no faults here (see the recording's
+//! `syncs_in_background`).
+//!
 //! Each commit writes a sequence number into its tree, so a state is known by its contents
 //! whichever file and txid hold it (with threads, the txid a switch gives the copy cannot be
 //! told from outside). Every write transaction must start from the newest commit; every
@@ -34,7 +46,9 @@
 //!
 //! The threads' interleaving is not replayable: a seed fixes the main thread's choices and the
 //! helpers' pauses only. `LARCH_THREAD_CUTS` sets the number of seeds (default 4: each
-//! combination of the committing thread and a low free-map cap).
+//! combination of the committing thread and a low free-map cap, seeds 1 and 2 syncing on
+//! another thread; each eight seeds give every combination with and without);
+//! `LARCH_THREAD_BACKGROUND=all` makes every seed sync on another thread.
 
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
@@ -108,6 +122,13 @@ struct Run {
     helper_commits: AtomicUsize,
     /// Second-process sessions (open, commits, sync, close).
     sessions: AtomicUsize,
+    /// Of them, those that closed with no sync before (Async commits waiting, a durable
+    /// point maybe in flight).
+    closes_unsynced: AtomicUsize,
+    /// Every file's syncs run on another thread, each done this many calls after it starts
+    /// (`Recording::syncs_in_background`), so `Options::max_unsynced_bytes` makes durable
+    /// points in the background.
+    background: Option<usize>,
 }
 
 impl Run {
@@ -128,15 +149,25 @@ impl Run {
     /// A process of the database: each file's writes, syncs and resizes, and compaction's
     /// files and directory operations, go to the log.
     fn open_process(&self, opts: Options) -> larch::Result<Db> {
-        let log = self.log.clone();
+        let (log, background) = (self.log.clone(), self.background);
         // Called once the opener is attached and holds the writer lock: no switch is under way
         // (it holds the attach byte exclusively across its rename), so the name is this file.
         let storage = move |p: &Path| -> Box<dyn Storage> {
             let id = log.file_named(p);
-            Box::new(slow(directory::recording(open_rw(p), id, &log)))
+            let r = slow(directory::recording(open_rw(p), id, &log));
+            Box::new(match background {
+                Some(lag) => r.syncs_in_background(lag),
+                None => r,
+            })
         };
+        // The files compaction makes sync as the database's: a switch makes one of them the
+        // database's.
+        let inner = RecordingFs::new(self.log.clone()).sync_delay(SYNC_TAKES);
         let fs = Arc::new(SlowFs {
-            inner: RecordingFs::new(self.log.clone()).sync_delay(SYNC_TAKES),
+            inner: match background {
+                Some(lag) => inner.syncs_in_background(lag),
+                None => inner,
+            },
             dir_syncs: AtomicU64::new(0),
             switches: self.switches.clone(),
         });
@@ -404,10 +435,32 @@ fn second_process(run: &Run, first: &Db, rng: &mut Rng) {
     );
     drop(rx);
     let mut last = 0;
-    for _ in 0..1 + rng.below(3) {
-        let d =
-            [Durability::Sync, Durability::NoMetaSync, Durability::Async][rng.below(3) as usize];
-        last = commit(run, &db, d, rng, "the second process");
+    if run.background.is_none() {
+        for _ in 0..1 + rng.below(3) {
+            let d = [Durability::Sync, Durability::NoMetaSync, Durability::Async]
+                [rng.below(3) as usize];
+            last = commit(run, &db, d, rng, "the second process");
+        }
+    } else {
+        // Mostly Async, which start durable points, and half the time a close with no sync
+        // before it, maybe with a point in flight: close makes the commits durable.
+        for _ in 0..1 + rng.below(5) {
+            let d = [Durability::Sync, Durability::NoMetaSync, Durability::Async]
+                [rng.below(5).min(2) as usize];
+            last = commit(run, &db, d, rng, "the second process");
+        }
+        if rng.below(2) == 0 {
+            drop(db);
+            run.ack(
+                run.log.len(),
+                last,
+                Durable::AtOnce,
+                "second process's close",
+            );
+            run.sessions.fetch_add(1, SeqCst);
+            run.closes_unsynced.fetch_add(1, SeqCst);
+            return;
+        }
     }
     db.sync()
         .unwrap_or_else(|e| panic!("{}, the second process: Db::sync: {e}", run.label));
@@ -471,8 +524,122 @@ struct Trace {
     switches: u64,
 }
 
+/// What a seed's log shows of its syncs on another thread.
+#[derive(Clone, Copy, Debug, Default)]
+struct BackgroundStats {
+    /// Syncs on another thread that ended.
+    syncs: usize,
+    /// Durable points finished (metas written durable by themselves).
+    points: usize,
+    /// Switches (renames over the database's name) with a sync on another thread of the file
+    /// they replace in flight: started, not ended.
+    renames_racing_a_sync: usize,
+    /// Switches after a sync on another thread of the file they replace that no durable meta
+    /// and no foreground sync of it followed: a durable point in flight across the switch, or
+    /// a flush ahead of one (the log does not tell them apart).
+    renames_after_a_pending_point: usize,
+    /// Foreground syncs (a Sync commit, `Db::sync`, the bound) of a file after a sync on
+    /// another thread of it that no durable meta followed: a point overtaken, or a flush.
+    overtaken: usize,
+}
+
+impl BackgroundStats {
+    fn of(ops: &[Op]) -> BackgroundStats {
+        let mut st = BackgroundStats::default();
+        let mut names: BTreeMap<&str, usize> = BTreeMap::from([(DB, 0)]);
+        // Syncs on another thread in flight (number, file); files with one since which no
+        // durable meta or foreground sync came.
+        let mut in_flight: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut pending = std::collections::BTreeSet::new();
+        for o in ops {
+            match o {
+                Op::File { file, op } => match op {
+                    IoOp::SyncStart(n) => {
+                        in_flight.insert(*n, *file);
+                        pending.insert(*file);
+                    }
+                    IoOp::SyncEnd(n) => {
+                        in_flight.remove(n);
+                        st.syncs += 1;
+                    }
+                    IoOp::DurableWrite { .. } => {
+                        st.points += 1;
+                        pending.remove(file);
+                    }
+                    IoOp::Sync => st.overtaken += usize::from(pending.remove(file)),
+                    _ => {}
+                },
+                Op::Create { file, name } => {
+                    names.insert(name.as_str(), *file);
+                }
+                Op::Link { from, to } => {
+                    names.insert(to.as_str(), names[from.as_str()]);
+                }
+                Op::Rename { from, to } => {
+                    if to == DB {
+                        let old = names[DB];
+                        st.renames_racing_a_sync +=
+                            usize::from(in_flight.values().any(|&f| f == old));
+                        st.renames_after_a_pending_point += usize::from(pending.contains(&old));
+                    }
+                    let id = names.remove(from.as_str()).unwrap();
+                    names.insert(to.as_str(), id);
+                }
+                Op::Remove { name } => {
+                    names.remove(name.as_str());
+                }
+                Op::SyncDir => {}
+            }
+        }
+        st
+    }
+
+    fn add(&mut self, o: &BackgroundStats) {
+        self.syncs += o.syncs;
+        self.points += o.points;
+        self.renames_racing_a_sync += o.renames_racing_a_sync;
+        self.renames_after_a_pending_point += o.renames_after_a_pending_point;
+        self.overtaken += o.overtaken;
+    }
+}
+
+/// How a seed syncs on another thread, if it does.
+#[derive(Clone, Copy, Debug)]
+struct Background {
+    /// A sync on another thread is done this many calls after it starts.
+    lag: usize,
+    /// `Options::max_unsynced_bytes`, of both processes.
+    max_unsynced: u64,
+}
+
+/// Half the seeds (every one with `all`) sync on another thread: those whose three low bits
+/// have odd parity, so that each eight seeds give each combination of the committing thread
+/// and the low free-map cap with and without (the default four seeds: 1 and 2). Each sync is
+/// done 1 to 16 calls after it starts (every lag over sixteen seeds), under a
+/// `max_unsynced_bytes` of 24 KiB plus 6 KiB a call of lag. What counts against the bound is
+/// the durable tree's pages replaced since (this small tree has few: a quarter of 24 KiB is
+/// the first Async commit's) and, once a point is in flight, the pages it pins that later
+/// commits replace (two or three a commit, at one or two calls a commit): a point whose sync
+/// ends 16 calls later needs about 100 KiB of room, or the bound makes a commit durable before
+/// every point finishes.
+fn background_of(seed: u64, all: bool) -> Option<Background> {
+    (all || (seed ^ seed >> 1 ^ seed >> 2) & 1 == 1).then(|| {
+        let lag = 1 + ((seed * 13 + 3) % 16) as usize;
+        Background {
+            lag,
+            max_unsynced: (24 + 6 * lag as u64) << 10,
+        }
+    })
+}
+
 /// One seed: `steps` steps of the main thread, the helpers beside it.
-fn run(label: &str, seed: u64, steps: usize, dir: &Path) -> (Trace, Run) {
+fn run(
+    label: &str,
+    seed: u64,
+    steps: usize,
+    dir: &Path,
+    background: Option<Background>,
+) -> (Trace, Run) {
     let path = dir.join(DB);
     let opts = Options::default()
         .compaction_threshold(Some(0.1))
@@ -487,6 +654,13 @@ fn run(label: &str, seed: u64, steps: usize, dir: &Path) -> (Trace, Run) {
         )
     } else {
         (opts, Options::default())
+    };
+    let (opts, second_opts) = match background {
+        Some(b) => (
+            opts.max_unsynced_bytes(Some(b.max_unsynced)),
+            second_opts.max_unsynced_bytes(Some(b.max_unsynced)),
+        ),
+        None => (opts, second_opts),
     };
     drop(Db::open(&path, opts).unwrap());
     let log = Log::of_file(&path);
@@ -510,6 +684,8 @@ fn run(label: &str, seed: u64, steps: usize, dir: &Path) -> (Trace, Run) {
         ticks: AtomicUsize::new(0),
         helper_commits: AtomicUsize::new(0),
         sessions: AtomicUsize::new(0),
+        closes_unsynced: AtomicUsize::new(0),
+        background: background.map(|b| b.lag),
     };
     let db = run
         .open_process(opts)
@@ -532,6 +708,23 @@ fn run(label: &str, seed: u64, steps: usize, dir: &Path) -> (Trace, Run) {
                 break;
             }
             match rng.below(20) {
+                // With syncs on another thread, half of these are runs of Async commits: one
+                // reaches a quarter of the bound and starts a durable point, a later one
+                // finishes it, unless a `Db::sync`, a Sync commit or a switch comes first.
+                // Half of those with the other threads held off, after a `Db::sync` (a NoMetaSync
+                // meta not yet synced would keep every point from starting): only a background
+                // compaction races them, and the points the bound starts can finish.
+                0..=13 if background.is_some() && rng.below(2) == 0 => {
+                    let _q = (rng.below(2) == 0).then(|| {
+                        let q = run.quiet.write().unwrap();
+                        sync(&run, db, "the main thread");
+                        q
+                    });
+                    for _ in 0..2 + rng.below(6 + background.map_or(0, |b| b.lag as u64)) {
+                        let seq = commit(&run, db, Durability::Async, &mut rng, "the main thread");
+                        run.returned.fetch_max(seq, SeqCst);
+                    }
+                }
                 0..=13 => {
                     let d = [Durability::Sync, Durability::NoMetaSync, Durability::Async]
                         [rng.below(3) as usize];
@@ -653,14 +846,21 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(4);
+    let all = std::env::var("LARCH_THREAD_BACKGROUND").is_ok_and(|v| v == "all");
     let (mut switches, mut syncs, mut across, mut cuts) = (0, 0, 0, 0);
+    let (mut bg, mut bg_seeds, mut closes) = (BackgroundStats::default(), 0, 0);
     for seed in 0..seeds {
         let label = format!("seed {seed}");
         let dir = scratch_dir();
+        let background = background_of(seed, all);
         let t0 = std::time::Instant::now();
-        let (trace, run) = run(&label, seed, 60, dir.path());
+        // Seeds that sync on another thread make runs of Async commits: fewer steps, for as
+        // many operations to cut.
+        let steps = if background.is_some() { 36 } else { 60 };
+        let (trace, run) = run(&label, seed, steps, dir.path(), background);
         let ran = t0.elapsed();
         let n = verify(&trace, &label, seed);
+        let st = BackgroundStats::of(&trace.ops);
         eprintln!(
             "{label}: {n} cuts over {} ops ({ran:.0?} to run, {:.0?} to cut), {} commits, {} \
              switches, {} syncs ({} begun in a switch), {} snapshots, {} timer ticks, {} \
@@ -676,6 +876,30 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
             run.helper_commits.load(SeqCst),
             run.sessions.load(SeqCst),
         );
+        if let Some(b) = background {
+            eprintln!(
+                "{label}: syncs on another thread done {} calls later, max_unsynced_bytes {} \
+                 KiB, {} closes with no sync before: {} syncs there ended, {} durable points \
+                 finished, {} switches racing one, {} after one no durable meta followed, {} \
+                 overtaken by a foreground sync",
+                b.lag,
+                b.max_unsynced >> 10,
+                run.closes_unsynced.load(SeqCst),
+                st.syncs,
+                st.points,
+                st.renames_racing_a_sync,
+                st.renames_after_a_pending_point,
+                st.overtaken,
+            );
+            bg.add(&st);
+            bg_seeds += 1;
+            closes += run.closes_unsynced.load(SeqCst);
+        } else {
+            assert!(
+                st.syncs == 0 && st.points == 0,
+                "{label}: no sync on another thread, yet {st:?}"
+            );
+        }
         switches += trace.switches;
         syncs += run.syncs.load(SeqCst);
         across += run.syncs_in_switches.load(SeqCst);
@@ -683,6 +907,16 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
     }
     eprintln!(
         "{seeds} seeds: {cuts} cuts, {switches} switches, {syncs} syncs, {across} begun in a switch"
+    );
+    eprintln!(
+        "{bg_seeds} seeds syncing on another thread: {closes} closes with no sync before, {} \
+         syncs there, {} durable points finished, {} switches racing such a sync, {} after one \
+         no durable meta followed, {} overtaken by a foreground sync",
+        bg.syncs,
+        bg.points,
+        bg.renames_racing_a_sync,
+        bg.renames_after_a_pending_point,
+        bg.overtaken
     );
     // The races need switches and syncs to come up: a change to the options or the pacing
     // must not quietly stop generating them.
@@ -697,5 +931,12 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
     assert!(
         seeds == 0 || across >= 1,
         "no Db::sync began between a switch's rename and its directory fsync"
+    );
+    // Nor durable points in the background: they must start and finish among the threads
+    // (2 to 9 a seed, fewer for the longer lags; the threads' timing varies).
+    assert!(
+        2 * bg.points >= bg_seeds,
+        "{} durable points finished in the background over {bg_seeds} seeds syncing there",
+        bg.points
     );
 }
