@@ -42,7 +42,9 @@
 //! lock-file reset), the lock file must name no commit newer than the database's newest meta,
 //! and that never goes back. Every cut of the log (images DurableOnly, Everything and Random,
 //! as tests/crash_processes.rs) must open, check clean, show a whole committed state no older
-//! than the newest one acknowledged durable, and take a new commit.
+//! than the newest one acknowledged durable, and take a new commit; a cut that opens a file
+//! into which a durable point wrote its meta (durable by itself) must open it at that txid or
+//! a newer one.
 //!
 //! The threads' interleaving is not replayable: a seed fixes the main thread's choices and the
 //! helpers' pauses only. `LARCH_THREAD_CUTS` sets the number of seeds (default 4: each
@@ -66,6 +68,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use larch::raw::{Meta, META_SIZE};
 use larch::{CompactionFs, Db, Durability, Error, Options, Storage, WriteMode};
 
 const DB: &str = "db.larch";
@@ -522,6 +525,40 @@ struct Trace {
     acks: Vec<Ack>,
     page_size: usize,
     switches: u64,
+    /// Durable points finished, in log order.
+    points: Vec<PointMeta>,
+}
+
+/// A durable point's meta, written durable by itself (`IoOp::DurableWrite`): from then on a
+/// cut that opens this file opens at this txid or a newer one (docs/format.md, "Durable
+/// points in the background").
+#[derive(Clone, Copy, Debug)]
+struct PointMeta {
+    /// Its index in the log.
+    at: usize,
+    file: usize,
+    txid: u64,
+}
+
+fn points_in(ops: &[Op]) -> Vec<PointMeta> {
+    ops.iter()
+        .enumerate()
+        .filter_map(|(at, o)| match o {
+            Op::File {
+                file,
+                op: IoOp::DurableWrite { data, .. },
+            } => {
+                let meta = Meta::decode(&data[..META_SIZE])
+                    .unwrap_or_else(|e| panic!("op {at}: a durable write of no meta: {e}"));
+                Some(PointMeta {
+                    at,
+                    file: *file,
+                    txid: meta.txid,
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// What a seed's log shows of its syncs on another thread.
@@ -766,6 +803,7 @@ fn run(
     drop(db);
     let trace = Trace {
         initial,
+        points: points_in(&ops),
         ops,
         states: std::mem::take(&mut *run.states.lock().unwrap()),
         acks: std::mem::take(&mut *run.acks.lock().unwrap()),
@@ -796,15 +834,20 @@ fn min_durable(trace: &Trace, k: usize) -> (u64, Option<Ack>) {
     min
 }
 
-/// Every cut of `trace`, three images each; how many.
-fn verify(trace: &Trace, label: &str, seed: u64) -> usize {
+/// Every cut of `trace`, three images each; how many, and how many of them opened a file
+/// after a durable point wrote its meta there.
+fn verify(trace: &Trace, label: &str, seed: u64) -> (usize, usize) {
     let dir = scratch_dir();
-    every_cut_three_ways(trace.ops.len(), seed, |k, how| {
-        verify_cut(trace, k, how, dir.path(), label)
-    })
+    let mut after_points = 0;
+    let n = every_cut_three_ways(trace.ops.len(), seed, |k, how| {
+        after_points += usize::from(verify_cut(trace, k, how, dir.path(), label));
+    });
+    (n, after_points)
 }
 
-fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
+/// Whether the file the cut opened had a durable point's meta written into it before the
+/// cut.
+fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) -> bool {
     let (names, files) =
         directory::image_at(&trace.initial, &trace.ops, k, how, trace.page_size, DB);
     let ctx = || format!("{label}: cut after {k} of {} ops, {how:?}", trace.ops.len());
@@ -816,6 +859,21 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
     let (txid, got) = (rx.txid(), tree_of(&rx, "t"));
     drop(rx);
     let seq = seq_of(&got);
+    let point = trace
+        .points
+        .iter()
+        .filter(|p| p.at < k && p.file == id)
+        .max_by_key(|p| p.txid);
+    if let Some(p) = point {
+        assert!(
+            txid >= p.txid,
+            "{}: opened file {id} at txid {txid}, commit {seq}, but a durable point wrote the \
+             meta of txid {} into it durable by itself (op {})",
+            ctx(),
+            p.txid,
+            p.at
+        );
+    }
     let (min, by) = min_durable(trace, k);
     assert!(
         seq >= min,
@@ -838,6 +896,7 @@ fn verify_cut(trace: &Trace, k: usize, how: Image, dir: &Path, label: &str) {
         &format!("of file {id} at txid {txid}, commit {seq},"),
         &ctx,
     );
+    point.is_some()
 }
 
 #[test]
@@ -848,7 +907,7 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
         .unwrap_or(4);
     let all = std::env::var("LARCH_THREAD_BACKGROUND").is_ok_and(|v| v == "all");
     let (mut switches, mut syncs, mut across, mut cuts) = (0, 0, 0, 0);
-    let (mut bg, mut bg_seeds, mut closes) = (BackgroundStats::default(), 0, 0);
+    let (mut bg, mut bg_seeds, mut closes, mut point_cuts) = (BackgroundStats::default(), 0, 0, 0);
     for seed in 0..seeds {
         let label = format!("seed {seed}");
         let dir = scratch_dir();
@@ -859,7 +918,7 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
         let steps = if background.is_some() { 36 } else { 60 };
         let (trace, run) = run(&label, seed, steps, dir.path(), background);
         let ran = t0.elapsed();
-        let n = verify(&trace, &label, seed);
+        let (n, after_points) = verify(&trace, &label, seed);
         let st = BackgroundStats::of(&trace.ops);
         eprintln!(
             "{label}: {n} cuts over {} ops ({ran:.0?} to run, {:.0?} to cut), {} commits, {} \
@@ -880,8 +939,8 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
             eprintln!(
                 "{label}: syncs on another thread done {} calls later, max_unsynced_bytes {} \
                  KiB, {} closes with no sync before: {} syncs there ended, {} durable points \
-                 finished, {} switches racing one, {} after one no durable meta followed, {} \
-                 overtaken by a foreground sync",
+                 finished ({after_points} cuts after one), {} switches racing one, {} after one \
+                 no durable meta followed, {} overtaken by a foreground sync",
                 b.lag,
                 b.max_unsynced >> 10,
                 run.closes_unsynced.load(SeqCst),
@@ -894,6 +953,7 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
             bg.add(&st);
             bg_seeds += 1;
             closes += run.closes_unsynced.load(SeqCst);
+            point_cuts += after_points;
         } else {
             assert!(
                 st.syncs == 0 && st.points == 0,
@@ -910,8 +970,9 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
     );
     eprintln!(
         "{bg_seeds} seeds syncing on another thread: {closes} closes with no sync before, {} \
-         syncs there, {} durable points finished, {} switches racing such a sync, {} after one \
-         no durable meta followed, {} overtaken by a foreground sync",
+         syncs there, {} durable points finished ({point_cuts} cuts after one), {} switches \
+         racing such a sync, {} after one no durable meta followed, {} overtaken by a \
+         foreground sync",
         bg.syncs,
         bg.points,
         bg.renames_racing_a_sync,
@@ -938,5 +999,9 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
         2 * bg.points >= bg_seeds,
         "{} durable points finished in the background over {bg_seeds} seeds syncing there",
         bg.points
+    );
+    assert!(
+        bg.points == 0 || point_cuts > 0,
+        "no cut opened a file after a durable point wrote its meta there"
     );
 }
