@@ -757,9 +757,16 @@ fn run(
                         sync(&run, db, "the main thread");
                         q
                     });
+                    let spread = rng.below(2) == 0;
                     for _ in 0..2 + rng.below(6 + background.map_or(0, |b| b.lag as u64)) {
                         let seq = commit(&run, db, Durability::Async, &mut rng, "the main thread");
                         run.returned.fetch_max(seq, SeqCst);
+                        // Half of the runs spread over the time a background compaction
+                        // takes to copy and catch up, so that its switch comes with a point in
+                        // flight (the pause ends at the switch's rename).
+                        if spread {
+                            pause(&run, Duration::from_micros(rng.below(400)));
+                        }
                     }
                 }
                 0..=13 => {
