@@ -1602,17 +1602,7 @@ fn every_cut_of_durable_points_finished_in_the_background_keeps_every_durable_co
     for background in [None, Some(2), Some(12)] {
         let label =
             format!("background points, syncs on another thread done after {background:?} calls");
-        let trace = run_with(&s, opts, background);
-        every_cut(&label, &trace);
-        if background == Some(2) {
-            losing_one(&label, &trace);
-        }
-        let points = trace
-            .ops
-            .iter()
-            .filter(|o| matches!(o, IoOp::DurableWrite { .. }))
-            .count();
-        eprintln!("{label}: {points} finished");
+        let points = cut_points(&label, &s, opts, background, background == Some(2));
         // Without syncs on another thread the bound makes its durable points in the
         // foreground: nothing finishes in the background then.
         assert!(
@@ -1620,6 +1610,30 @@ fn every_cut_of_durable_points_finished_in_the_background_keeps_every_durable_co
             "{label}: only {points} durable points finished in the background"
         );
     }
+}
+
+/// Every cut of `s` run with syncs on another thread done `background` calls later, and with
+/// `lose` the images that lose or tear one write; the durable points finished in the
+/// background (metas written durable by themselves).
+fn cut_points(
+    label: &str,
+    s: &[Step],
+    opts: Options,
+    background: Option<usize>,
+    lose: bool,
+) -> usize {
+    let trace = run_with(s, opts, background);
+    every_cut(label, &trace);
+    if lose {
+        losing_one(label, &trace);
+    }
+    let points = trace
+        .ops
+        .iter()
+        .filter(|o| matches!(o, IoOp::DurableWrite { .. }))
+        .count();
+    eprintln!("{label}: {points} finished");
+    points
 }
 
 /// Durable points in the background against everything that can come between a point's start
@@ -1694,17 +1708,7 @@ fn every_cut_of_durable_points_with_aborts_nometasync_readers_and_faults() {
     let opts = Options::default().max_unsynced_bytes(Some(96 << 10));
     for background in [1, 3, 9] {
         let label = format!("background points mixed, syncs done after {background} calls");
-        let trace = run_with(&s, opts, Some(background));
-        every_cut(&label, &trace);
-        if background == 3 {
-            losing_one(&label, &trace);
-        }
-        let points = trace
-            .ops
-            .iter()
-            .filter(|o| matches!(o, IoOp::DurableWrite { .. }))
-            .count();
-        eprintln!("{label}: {points} finished");
+        let points = cut_points(&label, &s, opts, Some(background), background == 3);
         assert!(
             points >= 2,
             "{label}: only {points} durable points finished in the background"

@@ -166,6 +166,41 @@ impl<T> Recording<T> {
     }
 
     /// Before a call reaches the log: wait for the syncs on other threads that are due.
+    /// A write as the storage's write calls make it, logged as `op` makes it. A fault that
+    /// cuts it short leaves its first half in the page cache, logged as a plain write (a
+    /// durable write cut short is not durable).
+    fn write_logged(
+        &self,
+        offset: u64,
+        bufs: &[&[u8]],
+        op: fn(u64, Vec<u8>) -> IoOp,
+    ) -> io::Result<()> {
+        self.await_due_syncs();
+        let data = bufs.concat();
+        let fault = self.fault(Call::Write);
+        let mut log = self.log.lock().unwrap();
+        match fault {
+            None => {
+                self.file.write_all_at(&data, offset)?;
+                self.push(&mut log, op(offset, data));
+                Ok(())
+            }
+            Some(Fault::Fail(e)) => Err(e),
+            Some(Fault::Short(e)) => {
+                let half = data[..data.len() / 2].to_vec();
+                self.file.write_all_at(&half, offset)?;
+                self.push(
+                    &mut log,
+                    IoOp::Write {
+                        off: offset,
+                        data: half,
+                    },
+                );
+                Err(e)
+            }
+        }
+    }
+
     fn await_due_syncs(&self) {
         if self.background.is_none() {
             return;
@@ -223,58 +258,11 @@ impl<T: Send + 'static> Storage for Recording<T> {
     }
 
     fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        self.await_due_syncs();
-        let data = bufs.concat();
-        let fault = self.fault(Call::Write);
-        let mut log = self.log.lock().unwrap();
-        match fault {
-            None => {
-                self.file.write_all_at(&data, offset)?;
-                self.push(&mut log, IoOp::Write { off: offset, data });
-                Ok(())
-            }
-            Some(Fault::Fail(e)) => Err(e),
-            Some(Fault::Short(e)) => {
-                let half = data[..data.len() / 2].to_vec();
-                self.file.write_all_at(&half, offset)?;
-                self.push(
-                    &mut log,
-                    IoOp::Write {
-                        off: offset,
-                        data: half,
-                    },
-                );
-                Err(e)
-            }
-        }
+        self.write_logged(offset, bufs, |off, data| IoOp::Write { off, data })
     }
 
     fn write_durable(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        self.await_due_syncs();
-        let data = bufs.concat();
-        let fault = self.fault(Call::Write);
-        let mut log = self.log.lock().unwrap();
-        match fault {
-            None => {
-                self.file.write_all_at(&data, offset)?;
-                self.push(&mut log, IoOp::DurableWrite { off: offset, data });
-                Ok(())
-            }
-            Some(Fault::Fail(e)) => Err(e),
-            Some(Fault::Short(e)) => {
-                // The first half reached the page cache, not the disk.
-                let half = data[..data.len() / 2].to_vec();
-                self.file.write_all_at(&half, offset)?;
-                self.push(
-                    &mut log,
-                    IoOp::Write {
-                        off: offset,
-                        data: half,
-                    },
-                );
-                Err(e)
-            }
-        }
+        self.write_logged(offset, bufs, |off, data| IoOp::DurableWrite { off, data })
     }
 
     fn syncs_in_background(&self) -> bool {
