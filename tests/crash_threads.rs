@@ -1011,4 +1011,17 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
         bg.points == 0 || point_cuts > 0,
         "no cut opened a file after a durable point wrote its meta there"
     );
+    // Overtaken by a foreground sync: 20-26 over the default two seeds syncing there.
+    assert!(
+        bg_seeds == 0 || bg.overtaken > 0,
+        "no sync on another thread was overtaken by a foreground sync"
+    );
+    // Switches racing a sync on another thread are rare (0-1 over the default seeds, 2-3
+    // over 20, 10 over 40): required from 40 seeds syncing there on (LARCH_THREAD_CUTS=40
+    // with LARCH_THREAD_BACKGROUND=all), where the run is for them.
+    assert!(
+        bg_seeds < 40 || bg.renames_racing_a_sync > 0,
+        "no compaction switch renamed while a sync on another thread was in flight over \
+         {bg_seeds} seeds syncing there"
+    );
 }
