@@ -228,11 +228,27 @@ impl Txn {
         if !self.gathers_pages() {
             return false;
         }
+        // Its lists, emptied by the last commit (scratch.rs).
+        let scratch = &mut self.writer.scratch;
+        let mut order = std::mem::take(&mut scratch.hot_order);
+        let mut runs = std::mem::take(&mut scratch.runs);
+        let moved = self.gather_hot_pages_into(&mut order, &mut runs);
+        let scratch = &mut self.writer.scratch;
+        scratch.hot_order = crate::scratch::emptied(order);
+        scratch.runs = runs.map(crate::scratch::emptied);
+        moved
+    }
+
+    /// [`Txn::gather_hot_pages`] with its lists: `order`, and the hot, warm and cold runs.
+    fn gather_hot_pages_into(
+        &mut self,
+        order: &mut Vec<(u8, usize, PageId, usize)>,
+        [runs, warm_runs, cold_runs]: &mut [Vec<(PageId, u64)>; 3],
+    ) -> bool {
         self.gathered = true;
         self.park();
         // (class, tree, page, node): roots first (0, catalog first), then the nodes copied
         // from a page the last commit wrote (1), then the rest (2), by page.
-        let mut order: Vec<(u8, usize, PageId, usize)> = Vec::new();
         for (t, tree) in self.trees.iter().enumerate() {
             if t == FREEMAP {
                 continue;
@@ -279,7 +295,7 @@ impl Txn {
                     part.sort_unstable_by_key(key);
                 }
             }
-            order = by_class;
+            *order = by_class;
         }
         let hot = order.iter().filter(|o| o.0 == 0).count() as u64;
         let warm = order.iter().filter(|o| o.0 == 1).count() as u64;
@@ -288,7 +304,7 @@ impl Txn {
         let policy = &mut writer.free.policy;
         // Every node's page is provisional (`Txn::alloc_node`) unless it was made while the
         // free map was active (it is not gathered) or before the policy said so.
-        for &(_, _, p, _) in &order {
+        for &(_, _, p, _) in order.iter() {
             if p < PROVISIONAL {
                 policy.insert(p, 1);
                 self.undo.push(Undo::FreshFreed(p, 1));
@@ -308,22 +324,22 @@ impl Txn {
             .get_or_insert((writer.hot_run_grown, writer.last_hot_run));
         let hw = &mut self.high_water;
         let undo = &mut self.undo;
-        let runs = if let Some(p) = policy.allocate_run(want) {
+        if let Some(p) = policy.allocate_run(want) {
             undo.push(Undo::Alloc(p, want));
-            vec![(p, want)]
+            runs.push((p, want));
         } else if !writer.hot_run_grown
             && want <= HOT_RUN_GROWTH_MAX
             && (*hw + want) * self.limits.page_size as u64 <= self.db.pager.file_len()
         {
             writer.hot_run_grown = true;
             *hw += want;
-            vec![(*hw - want, want)]
+            runs.push((*hw - want, want));
         } else {
-            take_pages(&mut **policy, undo, hw, want, Take::Runs)
+            take_pages(&mut **policy, undo, hw, want, Take::Runs, runs)
         };
         // The nodes copied from pages the last commit wrote: lowest runs first (the next
         // commit frees most of them again, so their runs come back mostly whole).
-        let warm_runs = take_pages(&mut **policy, undo, hw, warm, Take::LowRuns);
+        take_pages(&mut **policy, undo, hw, warm, Take::LowRuns, warm_runs);
         // The rest one page at a time, lowest first, as they were allocated; in a commit of
         // more than `BIG_COMMIT_PAGES` of them, only runs of `LONG_RUN_MIN` pages or more,
         // then the end of the file: filling every short hole would cost a write call each.
@@ -332,9 +348,9 @@ impl Txn {
         } else {
             Take::Singles
         };
-        let cold_runs = take_pages(&mut **policy, undo, hw, cold, how);
+        take_pages(&mut **policy, undo, hw, cold, how, cold_runs);
         // Every old page is marked free and every new one taken; a page in both stays taken.
-        for &(_, _, p, _) in &order {
+        for &(_, _, p, _) in order.iter() {
             if p < PROVISIONAL {
                 self.freemap_changes.insert(p, true);
             }
@@ -417,29 +433,30 @@ enum Take {
     LongRuns,
 }
 
-/// `n` pages as runs `(start, len)`: from the reusable set as `how` says, logged in `undo`,
-/// and past the high-water mark `hw` (raised) for what the set does not have.
+/// `n` pages as runs `(start, len)` added to `runs` (empty): from the reusable set as `how`
+/// says, logged in `undo`, and past the high-water mark `hw` (raised) for what the set does
+/// not have.
 fn take_pages(
     policy: &mut dyn larch_freelist::FreeSpacePolicy,
     undo: &mut Vec<Undo>,
     hw: &mut PageId,
     n: u64,
     how: Take,
-) -> Vec<(PageId, u64)> {
-    let mut runs: Vec<(PageId, u64)> = Vec::new();
+    runs: &mut Vec<(PageId, u64)>,
+) {
+    debug_assert!(runs.is_empty());
     let got = match how {
-        Take::Runs => policy.allocate_runs(n, &mut runs),
-        Take::LowRuns => policy.allocate_low_runs(n, &mut runs),
-        Take::Singles => policy.allocate_pages(n, &mut runs),
-        Take::LongRuns => policy.allocate_long_runs(n, LONG_RUN_MIN, &mut runs),
+        Take::Runs => policy.allocate_runs(n, runs),
+        Take::LowRuns => policy.allocate_low_runs(n, runs),
+        Take::Singles => policy.allocate_pages(n, runs),
+        Take::LongRuns => policy.allocate_long_runs(n, LONG_RUN_MIN, runs),
     }
     .min(n);
-    for &(p, len) in &runs {
+    for &(p, len) in runs.iter() {
         undo.push(Undo::Alloc(p, len));
     }
     if got < n {
         runs.push((*hw, n - got));
         *hw += n - got;
     }
-    runs
 }

@@ -502,6 +502,7 @@ impl Db {
                 hot_run_grown: false,
                 last_hot_run: None,
                 freemap_carried,
+                scratch: Default::default(),
             })),
             durability: Mutex::new(DurableState::new(meta)),
             pager,

@@ -61,6 +61,8 @@ pub(crate) struct WriterState {
     /// Async commits leave them to the next commit that saves the free map (`Txn::commit`,
     /// docs/format.md "A free map behind its meta"). Empty when the free map is current.
     pub freemap_carried: crate::freemap::Changes,
+    /// The buffers every transaction fills and empties, kept for the next one (scratch.rs).
+    pub scratch: crate::scratch::Scratch,
 }
 
 /// One open file: its pager, snapshots and writer state. Background compaction replaces the
@@ -408,6 +410,7 @@ impl OpenFile {
             hot_run_grown: w.hot_run_grown,
             last_hot_run: None,
             freemap_carried,
+            scratch: std::mem::take(&mut w.scratch),
         };
         *self.durability.lock() = DurableState::new(meta);
         self.durable_txid.store(meta.txid, Ordering::Release);

@@ -33,6 +33,7 @@ mod readers;
 mod redistribute;
 mod relocate;
 mod remove_range;
+mod scratch;
 mod stats;
 mod typed;
 mod unpinned;

@@ -25,14 +25,23 @@ pub(crate) struct ReaderPinned {
     /// that freed them: without the point they would be here. For the compaction trigger
     /// (autocompact.rs), which counts them as these.
     point_pinned: BTreeMap<TxId, u64>,
+    /// Emptied lists, for the next transactions' frees and releases: a commit's few frees
+    /// would otherwise allocate a list each (scratch.rs).
+    spare: Vec<Vec<(PageId, u64, TxId)>>,
+    reusable: Vec<(PageId, u64)>,
 }
+
+/// The most emptied lists [`ReaderPinned`] keeps, and the longest.
+const SPARE_LISTS: usize = 8;
+const SPARE_LIST_LEN: usize = 64;
 
 impl ReaderPinned {
     /// Pages `p..p+n`, written by `written`, stopped being reachable in `freed_by`.
     pub fn add(&mut self, freed_by: TxId, p: PageId, n: u64, written: TxId) {
+        let spare = &mut self.spare;
         self.by_txid
             .entry(freed_by)
-            .or_default()
+            .or_insert_with(|| spare.pop().unwrap_or_default())
             .push((p, n, written));
         self.pages += n;
     }
@@ -47,10 +56,19 @@ impl ReaderPinned {
         };
         runs.remove(i);
         if runs.is_empty() {
-            self.by_txid.remove(&freed_by);
+            if let Some(empty) = self.by_txid.remove(&freed_by) {
+                self.recycle(empty);
+            }
         }
         self.pages -= n;
         true
+    }
+
+    fn recycle(&mut self, mut list: Vec<(PageId, u64, TxId)>) {
+        if self.spare.len() < SPARE_LISTS && (1..=SPARE_LIST_LEN).contains(&list.capacity()) {
+            list.clear();
+            self.spare.push(list);
+        }
     }
 
     /// Everything freed by a transaction no reader is older than: reusable now if written
@@ -65,14 +83,19 @@ impl ReaderPinned {
         free: &mut FreeSpace,
     ) -> u64 {
         // Settled: the pending queue releases them like any other.
-        self.point_pinned = self.point_pinned.split_off(&(durable + 1));
-        let mut reusable = Vec::new();
+        while let Some(e) = self.point_pinned.first_entry() {
+            if *e.key() > durable {
+                break;
+            }
+            e.remove();
+        }
+        let mut reusable = std::mem::take(&mut self.reusable);
         while let Some((&freed_by, _)) = self.by_txid.first_key_value() {
             if freed_by > readers_safe {
                 break;
             }
-            let runs = self.by_txid.remove(&freed_by).unwrap_or_default();
-            for (p, n, written) in runs {
+            let mut runs = self.by_txid.remove(&freed_by).unwrap_or_default();
+            for (p, n, written) in runs.drain(..) {
                 self.pages -= n;
                 if written > on_disk {
                     reusable.push((p, n));
@@ -83,9 +106,15 @@ impl ReaderPinned {
                     }
                 }
             }
+            self.recycle(runs);
         }
         free.policy.insert_runs(&mut reusable);
-        reusable.iter().map(|&(_, n)| n).sum()
+        let n = reusable.iter().map(|&(_, n)| n).sum();
+        if reusable.capacity() <= SPARE_LIST_LEN {
+            reusable.clear();
+            self.reusable = reusable;
+        }
+        n
     }
 
     /// Pages freed by a transaction <= `txid`: one step per transaction at or below it, so

@@ -18,7 +18,7 @@ use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 use crate::alloc::Undo;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, Shared, Snapshot, WriterState};
-use crate::node::{Child, Node, NodeIdx, WrittenNodes};
+use crate::node::{Child, Node, WrittenNodes};
 use crate::node_page::Limits;
 use crate::options::Durability;
 use crate::view::View;
@@ -253,6 +253,16 @@ impl Txn {
         let meta = base.meta;
         let limits = Limits::new(meta.page_size as usize);
         let map = db.pager.map();
+        // The transaction's lists, emptied by the last one (scratch.rs). Room for the trees a
+        // transaction usually opens, so the first does not move the two it always has.
+        let scratch = &mut writer.scratch;
+        let mut trees = std::mem::take(&mut scratch.trees);
+        trees.reserve(4);
+        trees.push(TreeState::from_root(None, PageRole::Catalog, meta.catalog));
+        trees.push(TreeState::from_root(None, PageRole::FreeMap, meta.freemap));
+        let names = std::mem::take(&mut scratch.names);
+        let undo = std::mem::take(&mut scratch.undo);
+        let freemap_changes = std::mem::take(&mut scratch.changes);
         Ok(Txn {
             shared: shared.clone(),
             db,
@@ -263,17 +273,10 @@ impl Txn {
             limits,
             nodes: Vec::new(),
             active: NO_TREE,
-            // Room for the trees a transaction usually opens, so the first does not move
-            // the two it always has.
-            trees: {
-                let mut trees = Vec::with_capacity(4);
-                trees.push(TreeState::from_root(None, PageRole::Catalog, meta.catalog));
-                trees.push(TreeState::from_root(None, PageRole::FreeMap, meta.freemap));
-                trees
-            },
-            names: HashMap::new(),
-            undo: Vec::new(),
-            freemap_changes: Default::default(),
+            trees,
+            names,
+            undo,
+            freemap_changes,
             durability: shared.opts.durability,
             compacting: false,
             provisional: 0,
@@ -309,6 +312,9 @@ impl Txn {
         if self.active != t {
             self.park();
             self.nodes = std::mem::take(&mut self.trees[t].nodes);
+            if self.nodes.capacity() == 0 {
+                self.nodes = self.writer.scratch.arena();
+            }
             self.active = t;
         }
     }
@@ -366,11 +372,11 @@ impl Txn {
                         format!("catalog entry {name:?} is short"),
                     )
                 })?;
-                TreeState::from_root(Some(name.to_string()), PageRole::Data, r)
+                TreeState::from_root(Some(self.writer.scratch.string(name)), PageRole::Data, r)
             }
             None if create => {
                 let mut t = TreeState::from_root(
-                    Some(name.to_string()),
+                    Some(self.writer.scratch.string(name)),
                     PageRole::Data,
                     TreeRoot::default(),
                 );
@@ -381,7 +387,8 @@ impl Txn {
         };
         self.trees.push(state);
         let i = self.trees.len() - 1;
-        self.names.insert(name.to_string(), i);
+        let key = self.writer.scratch.string(name);
+        self.names.insert(key, i);
         Ok(Some(i))
     }
 
@@ -493,8 +500,10 @@ impl Txn {
             .sum();
         let leaves_too = written <= WrittenNodes::SMALL_COMMIT;
         let writer = &mut *self.writer;
+        let mut pages = std::mem::take(&mut writer.scratch.pages);
         for tree in &mut self.trees {
-            let pages: Vec<PageId> = tree.nodes.iter().map(|n| n.page).collect();
+            pages.clear();
+            pages.extend(tree.nodes.iter().map(|n| n.page));
             let mut i = 0;
             while i < tree.nodes.len() {
                 let n = &mut tree.nodes[i];
@@ -514,6 +523,7 @@ impl Txn {
                 }
             }
         }
+        writer.scratch.pages = crate::scratch::emptied(pages);
     }
 
     /// What `Options::max_unsynced_bytes` asks of this commit, from the pages that wait for a
@@ -673,16 +683,11 @@ impl Txn {
         let manifest = self.write_dirty_pages()?;
         // 5. Durability.
         let durability = self.durability;
-        let freed: Vec<(PageId, u64)> = self
-            .undo
-            .iter()
-            .filter_map(|u| match *u {
-                Undo::Freed(p, n) | Undo::ReaderFreed(p, n) | Undo::PointFreed(p, n) => {
-                    Some((p, n))
-                }
-                _ => None,
-            })
-            .collect();
+        let mut freed = std::mem::take(&mut self.writer.scratch.runs[0]);
+        freed.extend(self.undo.iter().filter_map(|u| match *u {
+            Undo::Freed(p, n) | Undo::ReaderFreed(p, n) | Undo::PointFreed(p, n) => Some((p, n)),
+            _ => None,
+        }));
         let deferred = {
             let mut st = self.db.durability.lock();
             let deferred = st.commit_meta(
@@ -699,6 +704,9 @@ impl Txn {
             self.db.trim_to_durable(&st);
             deferred
         };
+        let scratch = &mut self.writer.scratch;
+        scratch.runs[0] = crate::scratch::emptied(freed);
+        scratch.manifest = crate::scratch::emptied(manifest);
         // 6. Publish.
         self.undo.clear();
         // The commit's meta is written: where its hot run went stays, whatever happens next.
@@ -706,8 +714,9 @@ impl Txn {
         if self.saves_free_map {
             self.writer.freemap_carried.clear();
         } else {
-            let own = std::mem::take(&mut self.freemap_changes);
-            self.writer.freemap_carried.apply(&own);
+            self.writer.freemap_carried.apply(&self.freemap_changes);
+            // Emptied, its list kept for the next transaction (`Drop`).
+            self.freemap_changes.clear();
         }
         self.db.publish(meta);
         Ok(deferred)
@@ -730,15 +739,22 @@ impl Txn {
             if !self.trees[i].dirty && !copied {
                 continue;
             }
-            let name = self.trees[i].name.clone().unwrap_or_default();
-            if self.trees[i].deleted {
+            // Lent out of the tree for the catalog edit (no copy) and put back whatever
+            // it returns.
+            let owned = self.trees[i].name.take();
+            let name = owned.as_deref().unwrap_or_default().as_bytes();
+            let r = if self.trees[i].deleted {
                 if removals {
-                    self.remove(CATALOG, name.as_bytes())?;
+                    self.remove(CATALOG, name).map(drop)
+                } else {
+                    Ok(())
                 }
             } else {
                 let root = self.tree_root(i);
-                self.insert(CATALOG, name.as_bytes(), &root.encode())?;
-            }
+                self.insert(CATALOG, name, &root.encode()).map(drop)
+            };
+            self.trees[i].name = owned;
+            r?;
         }
         Ok(())
     }
@@ -771,7 +787,8 @@ impl Txn {
             .iter()
             .map(|t| t.nodes.iter().filter(|n| n.live).count())
             .sum();
-        let mut order: Vec<(PageId, TreeIdx, NodeIdx)> = Vec::with_capacity(live);
+        let mut order = std::mem::take(&mut self.writer.scratch.order);
+        order.reserve(live);
         for (t, tree) in self.trees.iter().enumerate() {
             order.extend(
                 tree.nodes
@@ -804,8 +821,10 @@ impl Txn {
         // become their page image again once encoded, if an edit had ended it.
         let leaves_too = order.len() <= WrittenNodes::SMALL_COMMIT;
         let trees = &mut self.trees;
-        let mut buf = Vec::with_capacity(chunk.min(order.len()) * ps);
-        let mut manifest: Vec<ManifestRun> = Vec::with_capacity(order.len());
+        let mut buf = std::mem::take(&mut self.writer.scratch.buf);
+        buf.reserve(chunk.min(order.len()) * ps);
+        let mut manifest = std::mem::take(&mut self.writer.scratch.manifest);
+        manifest.reserve(order.len());
         let mut runs = 0;
         let mut first = 0; // index in `pages` of the first page in `buf`
         for (at, &(page, t, i)) in order.iter().enumerate() {
@@ -858,6 +877,9 @@ impl Txn {
         if runs + overflow_runs > larch_pager::manifest_capacity(ps) {
             manifest.clear();
         }
+        let scratch = &mut self.writer.scratch;
+        scratch.order = crate::scratch::emptied(order);
+        scratch.buf = crate::scratch::emptied(buf);
         Ok(manifest)
     }
 }
@@ -918,6 +940,26 @@ impl Drop for Txn {
         for n in self.nodes.drain(..) {
             spare.put(n, ps);
         }
+        let scratch = &mut self.writer.scratch;
+        scratch.put_arena(std::mem::take(&mut self.nodes));
+        for t in self.trees.iter_mut() {
+            scratch.put_arena(std::mem::take(&mut t.nodes));
+        }
+        for name in self.trees.iter_mut().filter_map(|t| t.name.take()) {
+            scratch.put_string(name);
+        }
+        scratch.trees = crate::scratch::emptied(std::mem::take(&mut self.trees));
+        let mut names = std::mem::take(&mut self.names);
+        for (name, _) in names.drain() {
+            scratch.put_string(name);
+        }
+        if names.capacity() <= 64 {
+            scratch.names = names;
+        }
+        scratch.undo = crate::scratch::emptied(std::mem::take(&mut self.undo));
+        let mut changes = std::mem::take(&mut self.freemap_changes);
+        changes.clear();
+        scratch.changes = changes;
         // Still holding the in-process writer lock (a field, dropped after this).
         self.db.release_writer_if_on_disk();
     }

@@ -30,6 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "freemap",
             "durability",
             "readers",
+            "scratch",
         ],
     ),
     ("typed tables", &["typed"]),

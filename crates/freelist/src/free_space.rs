@@ -29,7 +29,9 @@ impl FreeSpace {
     pub fn release(&mut self, safe: TxId) -> u64 {
         let mut runs = self.pending.release(safe);
         self.policy.insert_runs(&mut runs);
-        runs.iter().map(|&(_, n)| n).sum()
+        let n = runs.iter().map(|&(_, n)| n).sum();
+        self.pending.recycle(runs);
+        n
     }
 
     /// Pages reusable now.

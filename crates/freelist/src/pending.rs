@@ -15,7 +15,14 @@ pub struct Pending {
     /// Pages freed by a txid <= `mark` (see [`Pending::freed_up_to`]).
     held: u64,
     mark: TxId,
+    /// Emptied lists of runs, for the next transactions' frees ([`Pending::recycle`]): a
+    /// commit's few frees would otherwise allocate a list each.
+    spare: Vec<Vec<(PageId, u64)>>,
 }
+
+/// The most emptied lists [`Pending`] keeps, and the longest.
+const SPARE_LISTS: usize = 8;
+const SPARE_LIST_LEN: usize = 64;
 
 impl Pending {
     /// An empty queue.
@@ -28,7 +35,11 @@ impl Pending {
         if n == 0 {
             return;
         }
-        self.by_tx.entry(txid).or_default().push((start, n));
+        let spare = &mut self.spare;
+        self.by_tx
+            .entry(txid)
+            .or_insert_with(|| spare.pop().unwrap_or_default())
+            .push((start, n));
         self.pages += n;
         if txid <= self.mark {
             self.held += n;
@@ -46,13 +57,23 @@ impl Pending {
         };
         runs.remove(i);
         if runs.is_empty() {
-            self.by_tx.remove(&txid);
+            if let Some(empty) = self.by_tx.remove(&txid) {
+                self.recycle(empty);
+            }
         }
         self.pages -= n;
         if txid <= self.mark {
             self.held -= n;
         }
         true
+    }
+
+    /// Keep a list [`Pending::release`] returned, emptied, for later frees.
+    pub fn recycle(&mut self, mut list: Vec<(PageId, u64)>) {
+        if self.spare.len() < SPARE_LISTS && (1..=SPARE_LIST_LEN).contains(&list.capacity()) {
+            list.clear();
+            self.spare.push(list);
+        }
     }
 
     /// Remove and return every run freed by a transaction <= `safe`, in txid order.
@@ -72,9 +93,10 @@ impl Pending {
                 self.held -= n;
             }
             if runs.is_empty() {
-                runs = freed;
+                self.recycle(std::mem::replace(&mut runs, freed));
             } else {
                 runs.append(&mut freed);
+                self.recycle(freed);
             }
         }
         runs
