@@ -288,6 +288,134 @@ impl CompactReport {
 #[cfg(test)]
 mod tests {
     use super::Trigger;
+    use proptest::prelude::*;
+
+    /// One call the writer and the checks make.
+    #[derive(Clone, Debug)]
+    enum Event {
+        /// A commit (`observe`) with this many free pages; `advance`: the durable txid moved.
+        Commit { free: u64, advance: bool },
+        /// A check without a commit (`quiet`): timer, `Db::sync`, open; `grew`: the file did.
+        Quiet {
+            free: u64,
+            advance: bool,
+            grew: bool,
+        },
+        /// A transaction began (`began`).
+        Began { free: u64 },
+    }
+
+    fn event(free: impl Strategy<Value = u64> + Clone) -> impl Strategy<Value = Event> {
+        prop_oneof![
+            4 => (free.clone(), any::<bool>()).prop_map(|(free, advance)| Event::Commit { free, advance }),
+            1 => (free.clone(), any::<bool>(), any::<bool>())
+                .prop_map(|(free, advance, grew)| Event::Quiet { free, advance, grew }),
+            1 => free.prop_map(|free| Event::Began { free }),
+        ]
+    }
+
+    /// Feeds `events` to `t`; returns, per event, the free pages it saw and the slack it
+    /// reported (`None` for `Began`) and whether it was a commit that moved the durable txid.
+    struct Run {
+        durable: u64,
+        high_water: u64,
+        span: u64,
+    }
+
+    impl Run {
+        fn apply(&mut self, t: &mut Trigger, e: &Event) -> Option<(u64, u64, bool)> {
+            match *e {
+                Event::Commit { free, advance } => {
+                    self.durable += u64::from(advance);
+                    Some((free, t.observe(free, self.durable, self.span), advance))
+                }
+                Event::Quiet {
+                    free,
+                    advance,
+                    grew,
+                } => {
+                    self.durable += u64::from(advance);
+                    self.high_water += u64::from(grew);
+                    let slack = t.quiet(free, self.durable, self.span, self.high_water);
+                    Some((free, slack, false))
+                }
+                Event::Began { free } => {
+                    t.began(free);
+                    None
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Safety: compaction is never told of more slack than the pages free right now,
+        /// whatever the order of commits, durable points and checks.
+        #[test]
+        fn slack_never_exceeds_what_is_free(
+            events in prop::collection::vec(event(0u64..3000), 1..200),
+            span in prop_oneof![Just(0u64), 1u64..2000],
+            compacted in any::<bool>(),
+        ) {
+            let mut t = if compacted { Trigger::compacted() } else { Trigger::default() };
+            let mut run = Run { durable: 1, high_water: 100, span };
+            for e in &events {
+                if let Some((free, slack, _)) = run.apply(&mut t, e) {
+                    prop_assert!(slack <= free, "slack {slack} with {free} free after {e:?}");
+                }
+            }
+        }
+
+        /// Liveness, the threshold's promise (docs/format.md): dead space that comes back and
+        /// stays free through two durable points after the trigger's first call counts, whatever came before it (a
+        /// compaction, working space, checks), so the trigger fires again. For a compacted
+        /// file, once the writer has used the pages the compaction left (free fell to 0).
+        #[test]
+        fn free_pages_that_stay_free_through_two_durable_points_count(
+            before in prop::collection::vec(event(0u64..3000), 0..100),
+            floor in 1u64..1000,
+            after in prop::collection::vec(event(0u64..2000), 0..100),
+            span in prop_oneof![Just(0u64), 1u64..2000],
+            compacted in any::<bool>(),
+        ) {
+            let mut t = if compacted { Trigger::compacted() } else { Trigger::default() };
+            let mut run = Run { durable: 1, high_water: 100, span };
+            for e in &before {
+                run.apply(&mut t, e);
+            }
+            if compacted {
+                run.apply(&mut t, &Event::Commit { free: 0, advance: false });
+            }
+            // From here on at least `floor` pages are free at every call.
+            let lift = |e: &Event| match *e {
+                Event::Commit { free, advance } => Event::Commit { free: free + floor, advance },
+                Event::Quiet { free, advance, grew } => {
+                    Event::Quiet { free: free + floor, advance, grew }
+                }
+                Event::Began { free } => Event::Began { free: free + floor },
+            };
+            let two_points = [
+                Event::Commit { free: floor, advance: true },
+                Event::Commit { free: floor, advance: true },
+            ];
+            // Durable points count once the trigger has started (its first call seeds it).
+            let mut started = !before.iter().all(|e| matches!(e, Event::Began { .. })) || compacted;
+            let mut advances = 0;
+            for e in after.iter().map(lift).chain(two_points) {
+                if let Some((free, slack, advanced)) = run.apply(&mut t, &e) {
+                    advances += usize::from(advanced && started);
+                    started = true;
+                    if advances >= 2 {
+                        prop_assert!(
+                            slack >= floor,
+                            "slack {slack} < {floor} pages free throughout, {free} now, after {e:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     /// A writer under a reusing policy: each window it takes what the durable point before
     /// it released, 20 pages a commit, down to nothing.
