@@ -1208,6 +1208,7 @@ fn run_with(steps: &[Step], opts: Options, background_syncs: Option<usize>) -> T
         .count();
     coverage.background_syncs = ops.iter().filter(|o| matches!(o, IoOp::SyncEnd(_))).count();
     let events = shared.events.lock().unwrap().clone();
+    point_metas_follow_their_syncs(&ops, opts.get_page_size(), &events);
     Trace {
         initial,
         ops,
@@ -1218,6 +1219,50 @@ fn run_with(steps: &[Step], opts: Options, background_syncs: Option<usize>) -> T
         coverage,
         events,
     }
+}
+
+/// Every meta written durable by itself (a durable point's: `IoOp::DurableWrite`) comes after a
+/// sync that completed and that started after the last write of a page of its commit (a page
+/// whose header carries its txid): a sync on another thread that failed logged no end, so no
+/// point's meta may follow it alone (docs/format.md, "Durable points in the background").
+fn point_metas_follow_their_syncs(ops: &[IoOp], page_size: usize, events: &[(usize, String)]) {
+    for (i, op) in ops.iter().enumerate() {
+        let IoOp::DurableWrite { data, .. } = op else {
+            continue;
+        };
+        let txid = u64::from_le_bytes(data[16..24].try_into().unwrap());
+        let wrote = ops[..i]
+            .iter()
+            .rposition(|o| writes_a_page_of(o, txid, page_size))
+            .unwrap_or_else(|| panic!("op {i}: meta {txid} written durable, no page of it before"));
+        let synced = (wrote + 1..i).any(|j| match ops[j] {
+            IoOp::Sync => true,
+            IoOp::SyncStart(id) => ops[j + 1..i].contains(&IoOp::SyncEnd(id)),
+            _ => false,
+        });
+        let during = events.partition_point(|(at, _)| *at <= i);
+        assert!(
+            synced,
+            "op {i}: meta {txid} written durable with no sync completed since its pages were \
+             written (op {wrote}); during: {:?}",
+            &events[during.saturating_sub(4)..during]
+        );
+    }
+}
+
+/// `op` writes a node or overflow page whose header carries `txid` (not a meta page).
+fn writes_a_page_of(op: &IoOp, txid: u64, page_size: usize) -> bool {
+    let IoOp::Write { off, data } = op else {
+        return false;
+    };
+    let first = *off as usize / page_size;
+    data.chunks(page_size).enumerate().any(|(n, p)| {
+        first + n >= 2
+            && p.len() >= 16
+            && matches!(p[0], 1..=3)
+            && p[1] <= 2
+            && u64::from_le_bytes(p[8..16].try_into().unwrap()) == txid
+    })
 }
 
 /// The oldest state a cut after `k` ops may show.
