@@ -5,7 +5,8 @@
 //! than the last commit acknowledged as durable, and never one that was aborted or rolled back.
 //!
 //! The driver (`run`) also injects storage failures (a write, sync or resize returns an
-//! error), retries failed commits, and closes and reopens the database (after a failed sync,
+//! error; a sync on another thread fails, which poisons the handle when it returns, some calls
+//! later), retries failed commits, and closes and reopens the database (after a failed sync,
 //! which poisons the handle, or at random points), continuing one trace of operations so a cut
 //! can land anywhere, reopens included. Inside a transaction it fails an edit's own write (the
 //! overflow run an insert or append writes at once, or the file's growth for it, the disk
@@ -64,6 +65,15 @@ struct Plan {
     total: usize,
     /// Faults that fired: writes, syncs, resizes.
     by_kind: [usize; 3],
+    /// The n-th sync on another thread to start from now fails ([`Step::Fail`] of
+    /// `Call::BackgroundSync`): armed until one starts, whatever steps come before it.
+    background: Option<u32>,
+    /// Syncs on another thread that a fault failed, in all.
+    background_fired: usize,
+    /// In the handle open now ([`Shared::new_handle`]): a sync on another thread failed, and
+    /// the thread that ran it has ended since (the pager has marked the handle poisoned).
+    background_failed: bool,
+    background_landed: bool,
 }
 
 /// An edit fault while its data step runs.
@@ -108,7 +118,24 @@ impl Shared {
     }
 
     fn arm(&self, on: Call, nth: u32) {
-        self.plan.lock().unwrap().armed = Some((on, nth.max(1)));
+        let mut p = self.plan.lock().unwrap();
+        match on {
+            Call::BackgroundSync => p.background = Some(nth.max(1)),
+            _ => p.armed = Some((on, nth.max(1))),
+        }
+    }
+
+    /// A new handle opens: what failed on another thread failed in the one before.
+    fn new_handle(&self) {
+        let mut p = self.plan.lock().unwrap();
+        p.background_failed = false;
+        p.background_landed = false;
+    }
+
+    /// (A sync on another thread failed in the handle open now, and that failure landed.)
+    fn failed_in_background(&self) -> (bool, bool) {
+        let p = self.plan.lock().unwrap();
+        (p.background_failed, p.background_landed)
     }
 
     fn disarm(&self) {
@@ -126,6 +153,26 @@ impl Shared {
     /// Err if the plan says this call fails.
     fn injected(&self, on: Call) -> io::Result<()> {
         let mut p = self.plan.lock().unwrap();
+        if on == Call::BackgroundSync {
+            // Started by a commit (its own point, the next one's, or a flush ahead of them)
+            // and failing `lag` calls later: not the failure of the call that started it,
+            // so not in `fired`. The driver learns of it from the handle
+            // (`Driver::reopen_if_failed_in_background`).
+            match p.background {
+                Some(n) if n > 1 => p.background = Some(n - 1),
+                Some(_) => {
+                    p.background = None;
+                    p.background_fired += 1;
+                    p.background_failed = true;
+                    p.total += 1;
+                    drop(p);
+                    self.event("injected failure of a sync on another thread".into());
+                    return Err(io::Error::from_raw_os_error(libc::EIO));
+                }
+                None => {}
+            }
+            return Ok(());
+        }
         if let Some(arm) = p.edit.as_mut() {
             if arm.fault.on != on || (arm.fired && !arm.fault.sticky) {
                 return Ok(());
@@ -192,6 +239,11 @@ impl FaultPlan for Shared {
             }
         })
     }
+
+    fn background_sync_failed(&self) {
+        self.plan.lock().unwrap().background_landed = true;
+        self.event("the failed sync on another thread returned: the handle is poisoned".into());
+    }
 }
 
 /// A storage that applies every operation to a real file (so the engine's map sees it) and
@@ -201,8 +253,10 @@ fn recording(path: &Path, shared: &Arc<Shared>, sync_delay: std::time::Duration)
     let r = Recording::new(open_rw(path), &shared.ops)
         .faults(shared.clone())
         .sync_delay(sync_delay, SyncRecorded::AtEnd);
+    // The plan fails a sync on another thread only when a script arms it
+    // (`Step::Fail(Call::BackgroundSync, n)`).
     match shared.background_syncs {
-        Some(lag) => r.syncs_in_background(lag),
+        Some(lag) => r.syncs_in_background(lag).faults_in_background(),
         None => r,
     }
 }
@@ -248,7 +302,11 @@ enum Step {
     /// it began with. (A close or reopen ends every reader the same way first.)
     EndRead,
     /// The n-th call of this kind during the next commit, abort, sync, close or compaction
-    /// fails (disarmed after it if it did not fire).
+    /// fails (disarmed after it if it did not fire). `Call::BackgroundSync`: the n-th sync
+    /// on another thread to start from now fails, whichever step starts it (armed until
+    /// then; the run's storage must sync on another thread). Its failure lands `lag` calls
+    /// after it started: the handle is poisoned from then on, and the driver reopens once a
+    /// call fails by it.
     Fail(Call, u32),
     /// A data step: the next data step's own storage calls fail as this says (the overflow
     /// run an insert or append writes at once, the growth of the file for it); disarmed after
@@ -412,6 +470,9 @@ fn edit(
     let hits = shared.edit_hits();
     match op(t) {
         Ok(()) => Ok(true),
+        // A sync on another thread failed meanwhile: the next call (the engine's smaller
+        // resize, say) found the handle poisoned. The transaction ends with it.
+        Err(e @ larch::Error::Poisoned { .. }) if shared.failed_in_background().0 => Err(e),
         Err(e) if shared.edit_hits() > hits => {
             // The engine reports the system's error as it was.
             let disk_full = f.on == Call::SetLen || f.short;
@@ -619,6 +680,9 @@ struct Coverage {
     forced_durable_points: usize,
     /// Syncs on another thread (background flushes ahead of those points) that completed.
     background_syncs: usize,
+    /// Syncs on another thread that an injected fault failed, by where the failure came out
+    /// ([`Surfaced`]).
+    background_failures: [usize; 5],
     /// Durable points finished in the background: a later commit wrote the point's meta
     /// durable by itself (`IoStats::durable_meta_writes`).
     background_points: usize,
@@ -669,6 +733,9 @@ impl Coverage {
         }
         self.forced_durable_points += o.forced_durable_points;
         self.background_syncs += o.background_syncs;
+        for i in 0..5 {
+            self.background_failures[i] += o.background_failures[i];
+        }
         self.background_points += o.background_points;
         for i in 0..2 {
             self.readers_held[i] += o.readers_held[i];
@@ -714,6 +781,23 @@ impl Coverage {
     }
 }
 
+/// Where a failed sync on another thread came out ([`Coverage::background_failures`]).
+#[derive(Clone, Copy, Debug)]
+enum Surfaced {
+    /// The handle refused to begin a transaction (or a read) after the failure landed.
+    Begin,
+    /// A commit failed by it: a write of its transaction, the durable point it would have
+    /// finished, or its sync (a Sync commit, a durable point the bound forces).
+    Commit,
+    /// `db.sync()` failed by it.
+    Sync,
+    /// An in-place compaction failed by it.
+    Compact,
+    /// The handle was closed first (a close reports nothing: `Db` has no fallible close) or
+    /// the run ended.
+    Closed,
+}
+
 /// Runs a script against the real engine through `Recording`s, keeping the model: which
 /// states were committed (per era), and what was acknowledged durable when.
 struct Driver {
@@ -732,6 +816,8 @@ struct Driver {
     /// Readers held ([`Step::Read`]), oldest first: the reader, the state it began with, and
     /// its txid.
     readers: Vec<(larch::ReadTx, Model, u64)>,
+    /// A failed sync on another thread of the handle open now was counted where it came out.
+    background_surfaced: bool,
 }
 
 impl Driver {
@@ -747,15 +833,44 @@ impl Driver {
         &mut self.eras.last_mut().unwrap().1
     }
 
+    /// The fault that failed a call: the last one that fired since the driver looked, or a
+    /// sync on another thread that failed in this handle, which poisoned it.
     fn fired(&self, what: &str, e: &dyn std::fmt::Display) -> Call {
         self.shared
             .take_fired()
+            .or_else(|| {
+                let poisoned = self.db.as_ref().is_some_and(|db| db.begin_read().is_err());
+                (poisoned && self.shared.failed_in_background().0).then_some(Call::BackgroundSync)
+            })
             .unwrap_or_else(|| panic!("{what} failed without an injected fault: {e}"))
+    }
+
+    /// Count where the failed sync on another thread of this handle came out, once.
+    fn surfaced(&mut self, how: Surfaced) {
+        if self.shared.failed_in_background().0 && !self.background_surfaced {
+            self.background_surfaced = true;
+            self.coverage.background_failures[how as usize] += 1;
+            self.event(format!(
+                "the failed sync on another thread came out: {how:?}"
+            ));
+        }
+    }
+
+    /// The last few events, oldest first, for failure messages.
+    fn recent_events(&self) -> String {
+        let events = self.shared.events.lock().unwrap();
+        events[events.len().saturating_sub(4)..]
+            .iter()
+            .map(|(at, e)| format!("{e} (from op {at})"))
+            .collect::<Vec<_>>()
+            .join(", then ")
     }
 
     /// Open the file on a new `Recording` continuing the trace (retrying an open whose sync
     /// an injected fault failed).
     fn open(&mut self) -> Db {
+        self.shared.new_handle();
+        self.background_surfaced = false;
         for _ in 0..4 {
             let storage = recording(&self.path, &self.shared, std::time::Duration::ZERO);
             match Db::open_with_storage(&self.path, Box::new(storage), self.opts) {
@@ -770,7 +885,13 @@ impl Driver {
 
     /// Begin a reader of the newest commit and hold it ([`Step::Read`]).
     fn read(&mut self) {
-        let rx = self.db().begin_read().unwrap();
+        self.reopen_if_failed_in_background();
+        let rx = match self.db().begin_read() {
+            Ok(rx) => rx,
+            // The failure landed since.
+            Err(_) if self.reopen_if_failed_in_background() => self.db().begin_read().unwrap(),
+            Err(e) => panic!("begin_read: {e}"),
+        };
         let txid = rx.txid();
         let want = self
             .states()
@@ -883,28 +1004,64 @@ impl Driver {
         self.event(format!("reopened at txid {txid}"));
     }
 
-    /// One transaction of `steps` committed with `d`; on an injected failure, retried (if
-    /// `retry`) with the same operations in a new transaction.
-    /// A sync on another thread that an injected fault failed poisons the handle after the
-    /// call that started it returned, and the next call fails: reopen, as after a failed
-    /// commit. (One that fails later, during the call, fails the call instead.)
-    fn reopen_if_poisoned(&mut self) {
-        if let Err(e @ larch::Error::Poisoned { .. }) = self.db().begin_write().map(drop) {
-            self.event(format!("poisoned by a sync on another thread: {e}"));
-            self.fired("a sync on another thread", &e);
-            self.coverage.reopens_after_failure += 1;
-            self.reopen();
+    /// Before a step that begins a transaction (and, once a sync on another thread failed,
+    /// any step): a sync on another thread that an injected fault failed poisons the handle
+    /// when it returns, `lag` calls after the call that started it, and the recording holds
+    /// the log until then. From then on the handle must refuse to begin a write (it must not
+    /// swallow the failure): reopen, as after a failed commit. (A call under way when it
+    /// lands fails instead.) True if it reopened.
+    fn reopen_if_poisoned(&mut self) -> bool {
+        let (failed, landed) = self.shared.failed_in_background();
+        match self.db().begin_write().map(drop) {
+            Ok(()) => {
+                assert!(
+                    !landed,
+                    "a sync on another thread failed and the handle still begins a write \
+                     (after: {})",
+                    self.recent_events()
+                );
+                false
+            }
+            Err(e @ larch::Error::Poisoned { .. }) => {
+                self.event(format!("poisoned: {e}"));
+                if failed {
+                    self.surfaced(Surfaced::Begin);
+                } else {
+                    self.fired("begin_write", &e);
+                }
+                self.coverage.reopens_after_failure += 1;
+                self.reopen();
+                true
+            }
+            Err(_) => false,
         }
     }
 
+    /// [`Driver::reopen_if_poisoned`] where a sync on another thread failed in this handle.
+    fn reopen_if_failed_in_background(&mut self) -> bool {
+        self.shared.failed_in_background().0 && self.reopen_if_poisoned()
+    }
+
+    /// One transaction of `steps` committed with `d`; on an injected failure, retried (if
+    /// `retry`) with the same operations in a new transaction.
     fn commit(&mut self, steps: &[Step], d: Durability, retry: bool) {
         self.reopen_if_poisoned();
         for attempt in 0..4 {
+            if attempt > 0 {
+                self.reopen_if_failed_in_background();
+            }
             let db = self.db.as_ref().unwrap();
             let leaves_before = db.leaf_overflows();
             let syncs_before = db.io_stats().syncs;
             let points_before = db.io_stats().durable_meta_writes;
-            let mut tx = db.begin_write().unwrap();
+            let mut tx = match db.begin_write() {
+                Ok(tx) => tx,
+                // The failure of a sync on another thread landed since.
+                Err(e) => {
+                    assert!(self.reopen_if_failed_in_background(), "begin_write: {e}");
+                    continue;
+                }
+            };
             let txid = tx.txid();
             self.event(format!(
                 "tx {txid}: {} ops, {} {d:?}{}",
@@ -933,6 +1090,13 @@ impl Driver {
                             let leaves = db.leaf_overflows();
                             self.coverage.leaf_overflows(leaves_before, leaves);
                             let synced = db.io_stats().syncs > syncs_before;
+                            // A sync waits for the one on another thread and fails with it.
+                            assert!(
+                                !(synced && self.shared.failed_in_background().0),
+                                "tx {txid}: a {d:?} commit synced and returned Ok after a sync \
+                                 on another thread failed (after: {})",
+                                self.recent_events()
+                            );
                             self.coverage.background_points +=
                                 (db.io_stats().durable_meta_writes - points_before) as usize;
                             self.async_run = match d {
@@ -969,6 +1133,9 @@ impl Driver {
                 // The commit may or may not have reached the file: its state stays a
                 // candidate, and the reopen finds out.
                 assert!(db.begin_write().is_err(), "a poisoned handle began a write");
+                if on == Call::BackgroundSync || self.shared.failed_in_background().1 {
+                    self.surfaced(Surfaced::Commit);
+                }
                 self.coverage.reopens_after_failure += 1;
                 self.reopen();
             } else if reached_commit && db.begin_read().unwrap().txid() == txid {
@@ -991,7 +1158,14 @@ impl Driver {
         self.reopen_if_poisoned();
         let before = self.shared.len();
         let db = self.db.as_ref().unwrap();
-        let mut tx = db.begin_write().unwrap();
+        let mut tx = match db.begin_write() {
+            Ok(tx) => tx,
+            // The failure of a sync on another thread landed since: nothing to abort.
+            Err(e) => {
+                assert!(self.reopen_if_failed_in_background(), "begin_write: {e}");
+                return;
+            }
+        };
         self.event(format!(
             "tx {}: {} ops, {}",
             tx.txid(),
@@ -1034,9 +1208,19 @@ impl Driver {
         let parity = self.durable_point();
         for _attempt in 0..4 {
             let syncs = self.db().io_stats().syncs;
+            let landed = self.shared.failed_in_background().1;
             match self.db().sync() {
                 Ok(()) => {
                     let took = (self.db().io_stats().syncs - syncs) as usize;
+                    // Ok with nothing to sync (every commit durable) only before the failure
+                    // of a sync on another thread landed; a sync waits for it and fails.
+                    let failed = self.shared.failed_in_background().0;
+                    assert!(
+                        !(landed || failed && took > 0),
+                        "db.sync() returned Ok ({took} syncs) after a sync on another thread \
+                         failed (after: {})",
+                        self.recent_events()
+                    );
                     if let (Some(p), Some(1..), 1..) = (parity, self.async_run, took) {
                         self.coverage.durable_point_syncs[p][took.min(3) - 1] += 1;
                     }
@@ -1048,6 +1232,9 @@ impl Driver {
                 Err(e) => {
                     self.async_run = None;
                     let on = self.fired("sync", &e);
+                    if on == Call::BackgroundSync || self.shared.failed_in_background().1 {
+                        self.surfaced(Surfaced::Sync);
+                    }
                     if on == Call::Sync || self.db().begin_read().is_err() {
                         self.coverage.reopens_after_failure += 1;
                         self.reopen();
@@ -1066,14 +1253,17 @@ impl Driver {
         // A reader would keep the file open past the close.
         self.end_readers(true);
         // Dropping the last handle makes every commit durable (its errors go nowhere: the
-        // fault plan says whether one happened).
+        // fault plan says whether one happened; a sync on another thread that failed fails
+        // the close's, or left the handle poisoned).
         drop(self.db.take());
-        if self.shared.take_fired().is_none() {
+        let failed = self.shared.failed_in_background().0;
+        if self.shared.take_fired().is_none() && !failed {
             let done = self.shared.len();
             self.acks.push((done, self.last_txid, Durability::Sync));
         } else {
             self.coverage.reopens_after_failure += 1;
         }
+        self.surfaced(Surfaced::Closed);
         self.reopen();
     }
 
@@ -1081,9 +1271,13 @@ impl Driver {
         self.event("compact".into());
         self.coverage.compactions += 1;
         self.async_run = None;
+        self.reopen_if_failed_in_background();
         let r = self.db().compact();
         if let Err(e) = &r {
             let on = self.fired("compact", e);
+            if on == Call::BackgroundSync || self.shared.failed_in_background().1 {
+                self.surfaced(Surfaced::Compact);
+            }
             if on == Call::Sync || self.db().begin_read().is_err() {
                 // Relocation commits do not change the contents; how many ran is unknown.
                 for t in self.last_txid + 1..=self.last_txid + 40 {
@@ -1136,6 +1330,7 @@ fn run_with(steps: &[Step], opts: Options, background_syncs: Option<usize>) -> T
         coverage: Coverage::default(),
         async_run: Some(0),
         readers: Vec::new(),
+        background_surfaced: false,
     };
     d.db = Some(d.open());
     // Data steps of the open transaction: applied when it ends (nothing else runs meanwhile).
@@ -1190,6 +1385,7 @@ fn run_with(steps: &[Step], opts: Options, background_syncs: Option<usize>) -> T
         d.abort(&pending, false);
     }
     d.end_readers(true);
+    d.surfaced(Surfaced::Closed);
     shared.disarm();
     // Leave the close-time sync out of the trace: cuts before it are the interesting ones.
     let ops = shared.ops.lock().unwrap().clone();
@@ -1208,6 +1404,7 @@ fn run_with(steps: &[Step], opts: Options, background_syncs: Option<usize>) -> T
         .count();
     coverage.background_syncs = ops.iter().filter(|o| matches!(o, IoOp::SyncEnd(_))).count();
     let events = shared.events.lock().unwrap().clone();
+    point_metas_follow_their_syncs(&ops, opts.get_page_size(), &events);
     Trace {
         initial,
         ops,
@@ -1218,6 +1415,50 @@ fn run_with(steps: &[Step], opts: Options, background_syncs: Option<usize>) -> T
         coverage,
         events,
     }
+}
+
+/// Every meta written durable by itself (a durable point's: `IoOp::DurableWrite`) comes after a
+/// sync that completed and that started after the last write of a page of its commit (a page
+/// whose header carries its txid): a sync on another thread that failed logged no end, so no
+/// point's meta may follow it alone (docs/format.md, "Durable points in the background").
+fn point_metas_follow_their_syncs(ops: &[IoOp], page_size: usize, events: &[(usize, String)]) {
+    for (i, op) in ops.iter().enumerate() {
+        let IoOp::DurableWrite { data, .. } = op else {
+            continue;
+        };
+        let txid = u64::from_le_bytes(data[16..24].try_into().unwrap());
+        let wrote = ops[..i]
+            .iter()
+            .rposition(|o| writes_a_page_of(o, txid, page_size))
+            .unwrap_or_else(|| panic!("op {i}: meta {txid} written durable, no page of it before"));
+        let synced = (wrote + 1..i).any(|j| match ops[j] {
+            IoOp::Sync => true,
+            IoOp::SyncStart(id) => ops[j + 1..i].contains(&IoOp::SyncEnd(id)),
+            _ => false,
+        });
+        let during = events.partition_point(|(at, _)| *at <= i);
+        assert!(
+            synced,
+            "op {i}: meta {txid} written durable with no sync completed since its pages were \
+             written (op {wrote}); during: {:?}",
+            &events[during.saturating_sub(4)..during]
+        );
+    }
+}
+
+/// `op` writes a node or overflow page whose header carries `txid` (not a meta page).
+fn writes_a_page_of(op: &IoOp, txid: u64, page_size: usize) -> bool {
+    let IoOp::Write { off, data } = op else {
+        return false;
+    };
+    let first = *off as usize / page_size;
+    data.chunks(page_size).enumerate().any(|(n, p)| {
+        first + n >= 2
+            && p.len() >= 16
+            && matches!(p[0], 1..=3)
+            && p[1] <= 2
+            && u64::from_le_bytes(p[8..16].try_into().unwrap()) == txid
+    })
 }
 
 /// The oldest state a cut after `k` ops may show.
@@ -1642,7 +1883,8 @@ fn cut_points(
 /// txid is handed out again, and they take pages only from the reusable set), readers held
 /// across points, closes with a point in flight, `db.sync()`, and injected failures of the
 /// commits that may finish a point (a page write or the durable meta write itself, then a
-/// retry after reopening) and of syncs, the ones on another thread included. Every cut, for
+/// retry after reopening) and of syncs in the foreground (the test after this one fails
+/// those on another thread). Every cut, for
 /// syncs on another thread done 1, 3 and 9 calls after they start; images that lose or tear
 /// one write for the middle one.
 #[test]
@@ -1714,6 +1956,111 @@ fn every_cut_of_durable_points_with_aborts_nometasync_readers_and_faults() {
             "{label}: only {points} durable points finished in the background"
         );
     }
+}
+
+/// Syncs on another thread that fail (the pager's flush thread marks the handle poisoned when
+/// one returns its error), whatever comes while one is in flight and after its failure lands:
+/// its durable point is never finished (no point's meta follows a sync that did not complete:
+/// `point_metas_follow_their_syncs`), the handle refuses the next transaction once the failure
+/// landed, a commit or `db.sync()` that syncs after it started fails rather than returning Ok
+/// (`Driver`), a close acknowledges nothing, and the file reopens at a whole commit no older
+/// than the last one acknowledged durable. Each case arms the k-th sync on another thread to
+/// start from there (k = 1, 2), makes 0 to 3 Async commits, then ends with more Async
+/// commits, a Sync commit, `db.sync()`, a close, a NoMetaSync commit, or an aborted
+/// transaction that wrote an overflow value followed by a Sync commit. Syncs end 1, 3 and 12
+/// calls after they start, so a failure lands in the commit that started it, the next one, or
+/// past the step that ends the case; every cut, and every image that tears one meta write.
+#[test]
+fn a_failed_sync_on_another_thread_finishes_no_point_and_every_cut_keeps_every_durable_commit() {
+    let mut s = Vec::new();
+    for i in 0..1000 {
+        s.push(Step::Put("b", key(i), val(i, 300)));
+    }
+    s.push(Step::Commit(Durability::Sync));
+    let mut n = 0u64;
+    let mut async_commit = |s: &mut Vec<Step>| {
+        for i in 0..3 + n % 2 {
+            s.push(Step::Put("b", key((n * 47 + i * 131) % 1000), val(n, 300)));
+        }
+        if n % 5 == 3 {
+            s.push(Step::Put("b", b"big".to_vec(), val(n, 6_000)));
+        }
+        s.push(Step::Commit(Durability::Async));
+        n += 1;
+    };
+    const CASES: u64 = 24;
+    for case in 0..CASES {
+        async_commit(&mut s);
+        async_commit(&mut s);
+        s.push(Step::Fail(Call::BackgroundSync, 1 + (case / 12) as u32));
+        for _ in 0..(case / 6) % 4 {
+            async_commit(&mut s);
+        }
+        match case % 6 {
+            0 => {
+                async_commit(&mut s);
+                async_commit(&mut s);
+            }
+            1 => {
+                s.push(Step::Put("b", key(case), val(case, 200)));
+                s.push(Step::Commit(Durability::Sync));
+            }
+            2 => s.push(Step::Sync),
+            3 => s.push(Step::Close),
+            4 => {
+                s.push(Step::Put("b", key(case), val(case, 200)));
+                s.push(Step::Commit(Durability::NoMetaSync));
+            }
+            _ => {
+                s.push(Step::Put("b", b"abort".to_vec(), val(case, 9_000)));
+                s.push(Step::Abort);
+                s.push(Step::Put("b", key(case), val(case, 200)));
+                s.push(Step::Commit(Durability::Sync));
+            }
+        }
+    }
+    let opts = Options::default().max_unsynced_bytes(Some(128 << 10));
+    let mut failures = [0; 5];
+    for background in [1, 3, 12] {
+        let label = format!("failed syncs on another thread, done after {background} calls");
+        let trace = run_with(&s, opts, Some(background));
+        every_cut(&label, &trace);
+        let dir = scratch_dir();
+        let torn: usize = (0..=trace.ops.len())
+            .map(|k| tear_one_meta(&trace, k, dir.path(), &format!("{label}, meta torn")))
+            .sum();
+        eprintln!("{label}: {torn} cuts tearing one meta write");
+        let c = trace.coverage;
+        eprintln!(
+            "{label}: {} syncs on another thread failed (came out at begin, commit, db.sync, \
+             compaction, close: {:?}), {} completed, {} points finished, {} reopens after a failure",
+            c.background_failures.iter().sum::<usize>(),
+            c.background_failures,
+            c.background_syncs,
+            trace
+                .ops
+                .iter()
+                .filter(|o| matches!(o, IoOp::DurableWrite { .. }))
+                .count(),
+            c.reopens_after_failure,
+        );
+        // A quarter of the cases at least fail one (8 to 13 do): an arm not fired by the
+        // next case's is replaced (after a reopen the commits pile up pages again before a
+        // sync starts).
+        assert!(
+            c.background_failures.iter().sum::<usize>() >= CASES as usize / 4,
+            "{label}: {c:?}"
+        );
+        for (all, one) in failures.iter_mut().zip(c.background_failures) {
+            *all += one;
+        }
+    }
+    // Over the three, a failure comes out at each of: the next transaction's begin, a
+    // commit, `db.sync()` and a close (none of these cases compacts).
+    assert!(
+        failures[..3].iter().all(|&n| n > 0) && failures[4] > 0,
+        "failed syncs on another thread came out at {failures:?}"
+    );
 }
 
 #[test]
@@ -2098,6 +2445,25 @@ impl Gen {
     }
 }
 
+/// Fail some syncs on another thread: before half of the script's commits, syncs, closes and
+/// compactions, the 1st or 2nd sync on another thread to start from there fails
+/// ([`Step::Fail`] of `Call::BackgroundSync`; armed until one starts). From `rng`, not the
+/// script's generator, so a seed makes the same other steps as without.
+fn fail_syncs_on_another_thread(steps: Vec<Step>, mut rng: Rng) -> Vec<Step> {
+    let mut out = Vec::with_capacity(steps.len() + steps.len() / 8);
+    for step in steps {
+        let action = matches!(
+            step,
+            Step::Commit(_) | Step::TryCommit(_) | Step::Sync | Step::Close | Step::Compact
+        );
+        if action && rng.below(2) == 0 {
+            out.push(Step::Fail(Call::BackgroundSync, 1 + rng.below(2) as u32));
+        }
+        out.push(step);
+    }
+    out
+}
+
 fn random_steps(seed: u64) -> Vec<Step> {
     let mut g = Gen {
         rng: Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
@@ -2278,11 +2644,28 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
     larch::set_bulk_batch_min(if seed % 2 == 0 { 1 } else { 0 });
     // Half the seeds with a bound (every one with LARCH_CRASH_BACKGROUND=all) sync on another
     // thread where a file would be flushed there (the background flushes ahead of a forced
-    // durable point), each done 1 to 16 calls later.
+    // durable point), each done 1 to 16 calls later; half of those fail some of them.
     let all = std::env::var("LARCH_CRASH_BACKGROUND").is_ok_and(|v| v == "all");
     let background =
         (seed % 16 == 12 || (all && seed % 8 == 4)).then_some(1 + (seed / 8 % 16) as usize);
-    let trace = run_with(&random_steps(seed), opts, background);
+    let mut faults = Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) | 1);
+    let steps = match background {
+        Some(_) if faults.below(2) == 0 => fail_syncs_on_another_thread(random_steps(seed), faults),
+        _ => random_steps(seed),
+    };
+    check_workload(seed, &steps, opts, background, dir)
+}
+
+/// Run `steps` (the script of random seed `seed`) and check 40 random cuts of it, and a few
+/// that lose or tear one write.
+fn check_workload(
+    seed: u64,
+    steps: &[Step],
+    opts: Options,
+    background: Option<usize>,
+    dir: &Path,
+) -> RandomStats {
+    let trace = run_with(steps, opts, background);
     let label = format!("random seed {seed}");
     let mut rng = Rng(seed + 12345);
     for c in 0..40 {
@@ -2323,7 +2706,8 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
 /// or a close and reopen (at both meta-slot parities); aborted transactions that wrote
 /// overflow runs and split leaves, and retries that write other values to the same keys;
 /// injected write, sync and resize failures (a failed sync poisons the handle: the run
-/// reopens the file and goes on from whatever state it finds); edits that fail by their own
+/// reopens the file and goes on from whatever state it finds), and in half the seeds that
+/// sync on another thread failures of those syncs; edits that fail by their own
 /// write or growth inside a transaction that then goes on; in-place compactions. Every seed
 /// runs; the failing ones are listed at the end.
 #[test]
@@ -2416,8 +2800,94 @@ fn random_workloads_survive_random_cuts() {
                 && c.forced_durable_points > 0
                 && c.background_syncs > 0
                 && c.background_points > 0
+                && c.background_failures.iter().sum::<usize>() > 0
                 && c.readers_held.iter().all(|&n| n > 0),
             "the generator no longer makes every case: {c:?}"
+        );
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {cases} seeds failed:\n{}",
+        failed.len(),
+        failed
+            .iter()
+            .map(|(s, m)| format!("seed {s}: {m}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The seeds of [`random_workloads_with_failing_syncs_on_another_thread_survive_random_cuts`],
+/// apart from those of the test above.
+const FAILING_BACKGROUND_SEEDS: u64 = 1 << 40;
+
+/// Random workloads (the generator above, faults and all) whose storage syncs on another
+/// thread, each sync done 1 to 16 calls after it starts, under a `max_unsynced_bytes` bound
+/// of 64 or 128 KiB, so that Async commits start durable points and flushes on another thread
+/// often (the seeds of the test above that sync on another thread make 0 to 3 a seed; a
+/// bound of a few pages makes every point at once, in the foreground); and before half of the
+/// commits, syncs, closes and compactions the 1st or 2nd such sync to start from there fails.
+/// `LARCH_CRASH_BACKGROUND_FAULTS=N` runs N seeds (default 12: about 100 such syncs, 45 of
+/// them failed); the failing ones are listed at the end (seed `FAILING_BACKGROUND_SEEDS + i`
+/// is the i-th).
+#[test]
+fn random_workloads_with_failing_syncs_on_another_thread_survive_random_cuts() {
+    let cases: u64 = std::env::var("LARCH_CRASH_BACKGROUND_FAULTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let dir = scratch_dir();
+    let mut total = Coverage::default();
+    let mut failed = Vec::new();
+    for i in 0..cases {
+        let seed = FAILING_BACKGROUND_SEEDS + i;
+        let r = std::panic::catch_unwind(|| {
+            let opts = Options::default().max_unsynced_bytes(Some((64 << 10) << (i % 2)));
+            let opts = if i % 3 == 1 {
+                opts.carried_max_bits(32)
+            } else {
+                opts
+            };
+            larch::set_bulk_batch_min(if i % 4 < 2 { 1 } else { 0 });
+            let background = Some(1 + (i * 5 % 16) as usize);
+            let faults = Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) | 1);
+            let steps = fail_syncs_on_another_thread(random_steps(seed), faults);
+            check_workload(seed, &steps, opts, background, dir.path())
+        });
+        match r {
+            Ok(st) => total.add(&st.coverage),
+            Err(e) => {
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failed.push((seed, msg));
+            }
+        }
+    }
+    eprintln!(
+        "random workloads failing syncs on another thread: {cases} seeds ({} failed), {} \
+         syncs on another thread completed, {} failed (came out at begin, commit, db.sync, \
+         compaction, close: {:?}), {} points finished",
+        failed.len(),
+        total.background_syncs,
+        total.background_failures.iter().sum::<usize>(),
+        total.background_failures,
+        total.background_points,
+    );
+    let f = total.background_failures;
+    if cases >= 12 && failed.is_empty() {
+        // What the 12 default seeds make (44 failures: 2 came out at a begin, 31 in a commit,
+        // 5 in db.sync(), 6 at a close; 54 syncs completed, 13 points finished), at half.
+        assert!(
+            f.iter().sum::<usize>() >= 22
+                && f[1] > 0
+                && f[2] > 0
+                && f[4] > 0
+                && total.background_syncs >= 27
+                && total.background_points > 0,
+            "the workloads no longer fail enough syncs on another thread: {total:?}"
         );
     }
     assert!(

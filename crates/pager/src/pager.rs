@@ -555,10 +555,12 @@ impl Pager {
     }
 
     /// Start an fdatasync of the file on another thread ([`Storage::background_sync`]),
-    /// unless one is still running or the storage has none: `true` if started. It makes nothing
-    /// durable that the engine relies on (no meta waits for it); it writes back what was
-    /// written so far so that the next [`Pager::sync`] finds less to write and the writer
-    /// waits less. It shares the handle's open file description, so a write error it meets
+    /// unless one is still running or the storage has none: `true` if started. Once it has
+    /// succeeded, every write made before it started is durable ([`Pager::synced_since`] of
+    /// its number): a durable point made in the background writes its meta only then
+    /// (the engine's durability.rs, `Point`). Otherwise it writes back what was written so
+    /// far so that the next [`Pager::sync`] finds less to write and the writer waits less.
+    /// It shares the handle's open file description, so a write error it meets
     /// is reported to it alone: it poisons the handle, as a failed [`Pager::sync`] does, and
     /// a sync that ran meanwhile waits for it and fails too. None starts while a sync runs.
     /// Dropping the pager waits for it (it holds a duplicate of the descriptor, and with it

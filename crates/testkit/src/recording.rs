@@ -8,6 +8,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,12 +40,18 @@ pub enum IoOp {
 /// reopened, or several files) may share one.
 pub type IoLog<T = IoOp> = Arc<Mutex<Vec<T>>>;
 
-/// Which kind of storage call; `as usize` indexes per-kind counters (write 0, sync 1, resize 2).
+/// Which kind of storage call; `as usize` indexes per-kind counters (write 0, sync 1, resize 2,
+/// sync on another thread 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
     Write,
     Sync,
     SetLen,
+    /// A sync on another thread (`Storage::background_sync`), asked about when it starts and
+    /// only by a [`Recording`] that takes faults there
+    /// ([`Recording::faults_in_background`]): a plan that counts kinds in an array of three
+    /// is never asked about it otherwise.
+    BackgroundSync,
 }
 
 /// How a planned failure behaves.
@@ -60,6 +67,11 @@ pub enum Fault {
 /// Decides, before each call reaches the file, whether it fails.
 pub trait FaultPlan: Debug + Send + Sync {
     fn fault(&self, call: Call) -> Option<Fault>;
+
+    /// A sync on another thread that this plan failed has returned its error and the thread
+    /// that ran it has ended: the pager, which marks its handle poisoned once the sync
+    /// returns, has done so (the pager's flush thread runs one sync and ends).
+    fn background_sync_failed(&self) {}
 }
 
 /// When a sync enters the log, relative to its (simulated) duration.
@@ -85,15 +97,45 @@ pub struct Recording<T = IoOp> {
     /// Syncs on another thread, each done after this many more calls reached the log
     /// ([`Recording::syncs_in_background`]).
     background: Option<usize>,
+    /// The plan may fail those ([`Recording::faults_in_background`]).
+    background_faults: bool,
     background_syncs: Arc<BackgroundSyncs>,
 }
 
 /// The syncs on other threads of a [`Recording`] not yet done: (number, log length at which
-/// it is done).
+/// it is done). One that failed stays until the thread that ran it has ended ([`Failed`]).
 #[derive(Debug, Default)]
 struct BackgroundSyncs {
     pending: Mutex<Vec<(u64, usize)>>,
     done: std::sync::Condvar,
+    /// One of them failed: the file's later syncs log nothing ([`Recording::faults_in_background`]).
+    failed: AtomicBool,
+}
+
+/// A sync on another thread that failed, held by that thread until it ends: the caller that
+/// ran it (the pager's flush thread) has then seen its error, and the next call of its
+/// `Recording` may go on.
+struct Failed {
+    id: u64,
+    syncs: Arc<BackgroundSyncs>,
+    plan: Arc<dyn FaultPlan>,
+}
+
+impl Drop for Failed {
+    fn drop(&mut self) {
+        self.plan.background_sync_failed();
+        self.syncs
+            .pending
+            .lock()
+            .unwrap()
+            .retain(|&(i, _)| i != self.id);
+        self.syncs.done.notify_all();
+    }
+}
+
+thread_local! {
+    /// The failed syncs this thread ran, dropped when it ends.
+    static FAILED_HERE: std::cell::RefCell<Vec<Failed>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The number of the next sync on another thread, of any [`Recording`]: two handles of one
@@ -149,6 +191,7 @@ impl<T> Recording<T> {
             sync_delay: Duration::ZERO,
             sync_recorded: SyncRecorded::AtEnd,
             background: None,
+            background_faults: false,
             background_syncs: Arc::default(),
         }
     }
@@ -158,10 +201,30 @@ impl<T> Recording<T> {
     /// them has only what came before the last completed sync on the disk. Each is done once
     /// `lag` more calls reached the log: the next call waits for it then, so where it ends
     /// in the log does not depend on how threads are scheduled (unless no call comes within
-    /// 20 ms). They take no faults from the plan. Without this, a pager syncs in the
-    /// foreground where it would have flushed on another thread.
+    /// 20 ms). They take no faults from the plan unless [`Recording::faults_in_background`]
+    /// says so. Without this, a pager syncs in the foreground where it would have flushed on
+    /// another thread.
     pub fn syncs_in_background(mut self, lag: usize) -> Self {
         self.background = Some(lag);
+        self
+    }
+
+    /// Let the fault plan fail syncs on another thread too: it is asked about each
+    /// ([`Call::BackgroundSync`]) when it starts, so which one fails follows the log, not the
+    /// scheduler. One that fails logs its [`IoOp::SyncStart`] and never its
+    /// [`IoOp::SyncEnd`], so a cut keeps nothing its start would have made durable, and
+    /// returns the error once done (as one that succeeds, `lag` calls later). The next call
+    /// then waits (up to 20 ms) for the thread that ran it to end, so the handle the pager
+    /// poisons once the sync returns is poisoned before the log goes on: where the failure
+    /// lands in the log does not depend on how threads are scheduled either; the plan hears
+    /// of it then ([`FaultPlan::background_sync_failed`]). From then on the file's syncs
+    /// still return Ok, as the kernel's do once it has reported a write-back error (to the
+    /// failed sync, on the same open file), but log nothing: what that write-back lost is
+    /// not made durable by a later sync, and a new `Recording` (a reopen) starts afresh.
+    /// Without this the plan is never asked about them (the pager's poisoning comes from
+    /// the scheduler, not the log: why they used to take no faults).
+    pub fn faults_in_background(mut self) -> Self {
+        self.background_faults = true;
         self
     }
 
@@ -272,8 +335,16 @@ impl<T: Send + 'static> Storage for Recording<T> {
     fn background_sync(&self) -> Option<larch::BackgroundSync> {
         let lag = self.background?;
         self.await_due_syncs();
+        // Asked before it starts, on the caller's thread: the n-th one to start fails.
+        let failure = match self.faults.as_ref().filter(|_| self.background_faults) {
+            Some(plan) => match plan.fault(Call::BackgroundSync) {
+                Some(Fault::Fail(e) | Fault::Short(e)) => Some((e, plan.clone())),
+                None => None,
+            },
+            None => None,
+        };
         let bg = self.background_syncs.clone();
-        let id = NEXT_BACKGROUND_SYNC.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = NEXT_BACKGROUND_SYNC.fetch_add(1, Ordering::Relaxed);
         let due = {
             let mut log = self.log.lock().unwrap();
             self.push(&mut log, IoOp::SyncStart(id));
@@ -296,8 +367,21 @@ impl<T: Send + 'static> Storage for Recording<T> {
                 }
                 std::thread::sleep(Duration::from_micros(20));
             }
-            // No fault plan here: a failure would poison the handle at a moment set by the
-            // scheduler (the pager marks it once this returns), not by the log.
+            if let Some((e, plan)) = failure {
+                // No `SyncEnd`; due now, and pending until this thread ends (`Failed`), by
+                // when the pager has marked its handle poisoned.
+                bg.failed.store(true, Ordering::SeqCst);
+                if let Some(p) = bg.pending.lock().unwrap().iter_mut().find(|p| p.0 == id) {
+                    p.1 = 0;
+                }
+                let failed = Failed {
+                    id,
+                    syncs: bg,
+                    plan,
+                };
+                FAILED_HERE.with(|f| f.borrow_mut().push(failed));
+                return Err(e);
+            }
             log.lock().unwrap().push(entry(IoOp::SyncEnd(id)));
             bg.pending.lock().unwrap().retain(|&(i, _)| i != id);
             bg.done.notify_all();
@@ -316,6 +400,10 @@ impl<T: Send + 'static> Storage for Recording<T> {
         }
         if let Some(Fault::Fail(e) | Fault::Short(e)) = self.fault(Call::Sync) {
             return Err(e);
+        }
+        // After a failed sync on another thread: Ok, durable nothing (`faults_in_background`).
+        if self.background_syncs.failed.load(Ordering::SeqCst) {
+            return Ok(());
         }
         self.push(&mut self.log.lock().unwrap(), IoOp::Sync);
         if self.sync_recorded == SyncRecorded::AtStart {
