@@ -2730,12 +2730,7 @@ fn random_workloads_survive_random_cuts() {
                 total.coverage.add(&st.coverage);
             }
             Err(e) => {
-                let msg = e
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                failed.push((seed, msg));
+                failed.push((seed, panic_text(&*e)));
             }
         }
     }
@@ -2857,12 +2852,7 @@ fn random_workloads_with_failing_syncs_on_another_thread_survive_random_cuts() {
         match r {
             Ok(st) => total.add(&st.coverage),
             Err(e) => {
-                let msg = e
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                failed.push((seed, msg));
+                failed.push((seed, panic_text(&*e)));
             }
         }
     }
@@ -3950,4 +3940,12 @@ fn every_cut_of_failed_hot_run_growth_with_the_free_map_behind_is_whole() {
         }
     }
     every_variant(variants);
+}
+
+/// What a caught panic said.
+fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
