@@ -187,6 +187,17 @@ enum Op {
         mix: Option<Key>,
         refuse: bool,
     },
+    /// Open `count` more trees (`many_name`: short names, and every fourth one longer than
+    /// the 256 bytes a transaction keeps a name's buffer for) and insert `key` into each; with
+    /// `delete`, every third one is deleted instead. One transaction then touches more trees
+    /// than the writer keeps arenas (8), name buffers (16) or a name map's room (64) for
+    /// (scratch.rs), and the next ones reuse what it kept.
+    ManyTrees {
+        count: u8,
+        key: Key,
+        val: Val,
+        delete: bool,
+    },
     /// Take a savepoint in the write transaction.
     Savepoint,
     /// Roll back to the `which`-th savepoint taken (counting those a rollback discarded, which
@@ -341,6 +352,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (tree.clone(), tree.clone(), key(), small_val())
             .prop_map(|(a, b, key, val)| Op::SideBySide { a, b, key, val }),
         3 => Just(Op::Savepoint),
+        2 => (prop_oneof![3 => 1u8..12, 1 => 12u8..72], key(), small_val(), any::<bool>())
+            .prop_map(|(count, key, val, delete)| Op::ManyTrees { count, key, val, delete }),
         2 => (0u8..4).prop_map(|which| Op::RollbackTo { which }),
         6 => (
             tree.clone(),
@@ -422,6 +435,15 @@ fn edit_fault() -> impl Strategy<Value = Op> {
         },
     );
     prop_oneof![2 => any_edit, 1 => first_append]
+}
+
+/// The name of [`Op::ManyTrees`]'s `i`-th tree.
+fn many_name(i: usize) -> String {
+    if i % 4 == 3 {
+        format!("m{i:02}{}", "~".repeat(250 + i))
+    } else {
+        format!("m{i:02}")
+    }
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
@@ -1492,6 +1514,41 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
                     prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
                     let last = t.last().ck(&at)?.map(|(k, _)| k.to_vec());
                     prop_assert_eq!(last, m.keys().next_back().cloned(), "{}: last", at);
+                }
+                Op::ManyTrees {
+                    count,
+                    key,
+                    val,
+                    delete,
+                } => {
+                    let (k, v) = (key.bytes(max_key), val.bytes());
+                    let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;
+                    for i in 0..*count as usize {
+                        let name = many_name(i);
+                        if *delete && i % 3 == 0 {
+                            let existed = tx.delete_tree(&name).ck(&at)?;
+                            prop_assert_eq!(
+                                existed,
+                                work.remove(&name).is_some(),
+                                "{}: delete_tree({})'s return",
+                                at,
+                                i
+                            );
+                        } else {
+                            let m = work.entry(name.clone()).or_default();
+                            let mut t = tx.open_tree(&name).ck(&at)?;
+                            t.insert(&k, &v).ck(&at)?;
+                            m.insert(k.clone(), v.clone());
+                            prop_assert_eq!(t.len().ck(&at)?, m.len() as u64, "{}: len", at);
+                        }
+                    }
+                    let names = tx.tree_names().ck(&at)?;
+                    prop_assert_eq!(
+                        names,
+                        work.keys().cloned().collect::<Vec<_>>(),
+                        "{}: tree_names in the write tx",
+                        at
+                    );
                 }
                 Op::Savepoint => {
                     let tx = ensure_tx(&db, &mut tx, &mut work, &committed)?;

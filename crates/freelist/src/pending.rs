@@ -245,4 +245,152 @@ mod tests {
         assert!(!p.contains(13) && !p.contains(9) && !p.contains(30));
         assert_eq!(p.iter().collect::<Vec<_>>(), vec![(1, 20, 1), (2, 10, 3)]);
     }
+
+    /// The queue before its lists were recycled (5d5ec1a^), for the equivalence test below.
+    #[derive(Default)]
+    struct Old {
+        by_tx: std::collections::BTreeMap<u64, Vec<(u64, u64)>>,
+        pages: u64,
+        held: u64,
+        mark: u64,
+    }
+
+    impl Old {
+        fn add(&mut self, txid: u64, start: u64, n: u64) {
+            if n == 0 {
+                return;
+            }
+            self.by_tx.entry(txid).or_default().push((start, n));
+            self.pages += n;
+            if txid <= self.mark {
+                self.held += n;
+            }
+        }
+        fn remove(&mut self, txid: u64, start: u64, n: u64) -> bool {
+            let Some(runs) = self.by_tx.get_mut(&txid) else {
+                return false;
+            };
+            let Some(i) = runs.iter().rposition(|&r| r == (start, n)) else {
+                return false;
+            };
+            runs.remove(i);
+            if runs.is_empty() {
+                self.by_tx.remove(&txid);
+            }
+            self.pages -= n;
+            if txid <= self.mark {
+                self.held -= n;
+            }
+            true
+        }
+        fn release(&mut self, safe: u64) -> Vec<(u64, u64)> {
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            while let Some(entry) = self.by_tx.first_entry() {
+                if *entry.key() > safe {
+                    break;
+                }
+                let tx = *entry.key();
+                let mut freed = entry.remove();
+                let n: u64 = freed.iter().map(|&(_, n)| n).sum();
+                self.pages -= n;
+                if tx <= self.mark {
+                    self.held -= n;
+                }
+                if runs.is_empty() {
+                    runs = freed;
+                } else {
+                    runs.append(&mut freed);
+                }
+            }
+            runs
+        }
+        fn freed_up_to(&mut self, txid: u64) -> u64 {
+            if txid > self.mark {
+                let from = self.mark.saturating_add(1);
+                for runs in self.by_tx.range(from..=txid).map(|(_, r)| r) {
+                    self.held += runs.iter().map(|&(_, n)| n).sum::<u64>();
+                }
+                self.mark = txid;
+            }
+            self.held
+        }
+    }
+
+    /// Recycled lists change nothing a caller sees: random adds (several per txid, some
+    /// lists past the spare length), undos from the back and out of order, releases whose
+    /// lists go back (`FreeSpace::release`), and a growing mark, against the old queue.
+    #[test]
+    fn recycling_lists_matches_the_queue_without_it() {
+        let mut seed = 0x243f_6a88_85a3_08d3u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _case in 0..200 {
+            let (mut new, mut old) = (Pending::new(), Old::default());
+            let mut txid = 1u64;
+            let mut added: Vec<(u64, u64, u64)> = Vec::new();
+            let mut mark = 0u64;
+            for _ in 0..400 {
+                match next(10) {
+                    0..=3 => {
+                        // A transaction's frees: 0 to 80 runs (past SPARE_LIST_LEN sometimes).
+                        let k = if next(8) == 0 { 80 } else { next(6) };
+                        for _ in 0..k {
+                            let (p, n) = (next(10_000), next(4));
+                            new.add(txid, p, n);
+                            old.add(txid, p, n);
+                            if n > 0 {
+                                added.push((txid, p, n));
+                            }
+                        }
+                        if next(4) == 0 {
+                            // Aborted: undo from the back, like `undo_to`.
+                            while let Some(&(t, p, n)) = added.last().filter(|a| a.0 == txid) {
+                                added.pop();
+                                assert_eq!(new.remove(t, p, n), old.remove(t, p, n));
+                            }
+                        } else {
+                            txid += 1;
+                        }
+                    }
+                    4 => {
+                        if !added.is_empty() {
+                            let (t, p, n) = added.swap_remove(next(added.len() as u64) as usize);
+                            assert_eq!(new.remove(t, p, n), old.remove(t, p, n));
+                        }
+                    }
+                    5..=7 => {
+                        let safe = txid.saturating_sub(next(4));
+                        let mut a = new.release(safe);
+                        let b = old.release(safe);
+                        assert_eq!(a, b);
+                        added.retain(|x| x.0 > safe);
+                        a.sort_unstable();
+                        new.recycle(a);
+                    }
+                    _ => {
+                        mark = mark.max(txid.saturating_sub(next(3)));
+                        assert_eq!(new.freed_up_to(mark), old.freed_up_to(mark));
+                    }
+                }
+                assert_eq!(new.len(), old.pages);
+                assert_eq!(new.held, old.held);
+                let flat: Vec<_> = old
+                    .by_tx
+                    .iter()
+                    .flat_map(|(&t, r)| r.iter().map(move |&(p, n)| (t, p, n)))
+                    .collect();
+                assert_eq!(new.iter().collect::<Vec<_>>(), flat);
+                assert!(new.spare.iter().all(|l| l.is_empty()));
+                assert!(new.spare.len() <= SPARE_LISTS);
+                assert_eq!(
+                    new.freed_through(txid),
+                    old.by_tx.values().flatten().map(|r| r.1).sum()
+                );
+            }
+        }
+    }
 }
