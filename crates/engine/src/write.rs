@@ -1335,4 +1335,64 @@ mod arena_tests {
             arena.capacity()
         );
     }
+
+    /// The same bound after a transaction whose largest tree dirtied a few hundred nodes:
+    /// its arena is small enough for the writer to keep (scratch.rs, `KEEP_BYTES`), and the
+    /// next transaction's first tree takes it whatever its size.
+    #[test]
+    fn a_small_tree_reserves_no_more_nodes_than_it_has_after_a_medium_transaction() {
+        let mut over = Vec::new();
+        for mid in [3_000u32, 6_000, 9_000, 12_000, 15_000] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = Db::open(dir.path().join("arena.larch"), Options::default()).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("small").unwrap();
+                for i in 0..40u32 {
+                    t.insert(&i.to_be_bytes(), &[1u8; 900]).unwrap();
+                }
+            }
+            tx.commit().unwrap();
+            let tx = db.begin_write().unwrap();
+            let mid_nodes;
+            {
+                let mut t = tx.open_tree("mid").unwrap();
+                for i in 0..mid {
+                    t.insert(&i.to_be_bytes(), &[2u8; 100]).unwrap();
+                }
+                mid_nodes = t.state.nodes.len();
+            }
+            tx.commit().unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_tree("small").unwrap();
+                for i in 0..40u32 {
+                    t.insert(&i.to_be_bytes(), &[3u8; 900]).unwrap();
+                }
+            }
+            let txn = tx.txn.borrow();
+            let i = txn
+                .trees
+                .iter()
+                .position(|t| t.name.as_deref() == Some("small"))
+                .unwrap();
+            let arena = if txn.active == i {
+                &txn.nodes
+            } else {
+                &txn.trees[i].nodes
+            };
+            eprintln!(
+                "mid {mid} keys: {mid_nodes} dirty nodes; small tree: {} nodes, room for {}",
+                arena.len(),
+                arena.capacity()
+            );
+            if arena.capacity() > 2 * 40 + 8 {
+                over.push((mid, mid_nodes, arena.len(), arena.capacity()));
+            }
+        }
+        assert!(
+            over.is_empty(),
+            "(keys, dirty nodes) of the medium tree, and (dirty nodes, room) of the 40-entry tree after it: {over:?}"
+        );
+    }
 }
