@@ -24,6 +24,11 @@ pub(crate) const KEEP_BYTES: usize = 64 << 10;
 /// The most dirty-node arenas kept (a transaction has one per tree it changed).
 const KEEP_ARENAS: usize = 8;
 
+/// The most nodes a kept arena has room for: what an arena grows to by itself before
+/// `Txn::touch` sizes it from the tree (`SpareNodes::arena_hint`). A larger one, taken by the
+/// next transaction's first small tree, would give it room for far more nodes than it has.
+const KEEP_ARENA_NODES: usize = 8;
+
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     /// Emptied arenas of dirty nodes (`Txn::nodes`, `TreeState::nodes`).
@@ -57,7 +62,7 @@ impl Scratch {
     /// Keep an arena whose nodes were taken out (`SpareNodes::put`).
     pub fn put_arena(&mut self, a: Vec<Node>) {
         debug_assert!(a.is_empty());
-        if a.capacity() > 0 && self.arenas.len() < KEEP_ARENAS && fits(&a) {
+        if (1..=KEEP_ARENA_NODES).contains(&a.capacity()) && self.arenas.len() < KEEP_ARENAS {
             self.arenas.push(a);
         }
     }
@@ -121,6 +126,7 @@ mod tests {
             s.put_arena(Vec::with_capacity(4));
         }
         s.put_arena(Vec::new());
+        s.put_arena(Vec::with_capacity(KEEP_ARENA_NODES + 1));
         assert_eq!(s.arenas.len(), KEEP_ARENAS);
         assert_eq!(s.arena().capacity(), 4);
     }
