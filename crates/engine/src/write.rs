@@ -1280,12 +1280,10 @@ pub(crate) fn fresh_view<'a>(
 mod arena_tests {
     use crate::{Db, Options};
 
-    /// The arena hint (`SpareNodes::arena_hint`) is the last transaction's largest tree: a
-    /// small tree touched after a large load must not reserve room for that many nodes (each
-    /// tree of a transaction that touches many would, so the reservations grew with the trees
-    /// touched times the largest tree: 256 MB of address space for 300 small trees).
-    #[test]
-    fn a_small_tree_reserves_no_more_nodes_than_it_has_after_a_large_transaction() {
+    /// A 40-entry tree "small" committed, then a transaction inserting `keys` keys into
+    /// another tree, then a transaction rewriting "small": the other tree's dirty nodes, and
+    /// the small tree's dirty nodes and the room its arena has for them.
+    fn small_tree_after(keys: u32) -> (usize, usize, usize) {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path().join("arena.larch"), Options::default()).unwrap();
         let tx = db.begin_write().unwrap();
@@ -1297,11 +1295,13 @@ mod arena_tests {
         }
         tx.commit().unwrap();
         let tx = db.begin_write().unwrap();
+        let other_nodes;
         {
-            let mut t = tx.open_tree("big").unwrap();
-            for i in 0..100_000u32 {
+            let mut t = tx.open_tree("other").unwrap();
+            for i in 0..keys {
                 t.insert(&i.to_be_bytes(), &[2u8; 100]).unwrap();
             }
+            other_nodes = t.state.nodes.len();
         }
         tx.commit().unwrap();
         let tx = db.begin_write().unwrap();
@@ -1322,77 +1322,39 @@ mod arena_tests {
         } else {
             &txn.trees[i].nodes
         };
-        assert!(
-            arena.len() >= 9,
-            "the small tree dirtied {} nodes",
-            arena.len()
-        );
+        (other_nodes, arena.len(), arena.capacity())
+    }
+
+    /// The arena hint (`SpareNodes::arena_hint`) is the last transaction's largest tree: a
+    /// small tree touched after a large load must not reserve room for that many nodes (each
+    /// tree of a transaction that touches many would, so the reservations grew with the trees
+    /// touched times the largest tree: 256 MB of address space for 300 small trees).
+    #[test]
+    fn a_small_tree_reserves_no_more_nodes_than_it_has_after_a_large_transaction() {
+        let (_, len, room) = small_tree_after(100_000);
+        assert!(len >= 9, "the small tree dirtied {len} nodes");
         // 40 entries: at most 40 leaves and 39 branches to dirty.
         assert!(
-            arena.capacity() <= 2 * 40 + 8,
-            "{} dirty nodes of a 40-entry tree reserved room for {}",
-            arena.len(),
-            arena.capacity()
+            room <= 2 * 40 + 8,
+            "{len} dirty nodes of a 40-entry tree reserved room for {room}"
         );
     }
 
     /// The same bound after a transaction whose largest tree dirtied a few hundred nodes:
-    /// its arena is small enough for the writer to keep (scratch.rs, `KEEP_BYTES`), and the
-    /// next transaction's first tree takes it whatever its size.
+    /// an arena the writer kept (scratch.rs) must not give the next transaction's first
+    /// tree room for more.
     #[test]
     fn a_small_tree_reserves_no_more_nodes_than_it_has_after_a_medium_transaction() {
         let mut over = Vec::new();
-        for mid in [3_000u32, 6_000, 9_000, 12_000, 15_000] {
-            let dir = tempfile::tempdir().unwrap();
-            let db = Db::open(dir.path().join("arena.larch"), Options::default()).unwrap();
-            let tx = db.begin_write().unwrap();
-            {
-                let mut t = tx.open_tree("small").unwrap();
-                for i in 0..40u32 {
-                    t.insert(&i.to_be_bytes(), &[1u8; 900]).unwrap();
-                }
-            }
-            tx.commit().unwrap();
-            let tx = db.begin_write().unwrap();
-            let mid_nodes;
-            {
-                let mut t = tx.open_tree("mid").unwrap();
-                for i in 0..mid {
-                    t.insert(&i.to_be_bytes(), &[2u8; 100]).unwrap();
-                }
-                mid_nodes = t.state.nodes.len();
-            }
-            tx.commit().unwrap();
-            let tx = db.begin_write().unwrap();
-            {
-                let mut t = tx.open_tree("small").unwrap();
-                for i in 0..40u32 {
-                    t.insert(&i.to_be_bytes(), &[3u8; 900]).unwrap();
-                }
-            }
-            let txn = tx.txn.borrow();
-            let i = txn
-                .trees
-                .iter()
-                .position(|t| t.name.as_deref() == Some("small"))
-                .unwrap();
-            let arena = if txn.active == i {
-                &txn.nodes
-            } else {
-                &txn.trees[i].nodes
-            };
-            eprintln!(
-                "mid {mid} keys: {mid_nodes} dirty nodes; small tree: {} nodes, room for {}",
-                arena.len(),
-                arena.capacity()
-            );
-            if arena.capacity() > 2 * 40 + 8 {
-                over.push((mid, mid_nodes, arena.len(), arena.capacity()));
+        for keys in [3_000u32, 6_000, 9_000, 12_000, 15_000] {
+            let (other, len, room) = small_tree_after(keys);
+            if room > 2 * 40 + 8 {
+                over.push((keys, other, len, room));
             }
         }
         assert!(
             over.is_empty(),
-            "(keys, dirty nodes) of the medium tree, and (dirty nodes, room) of the 40-entry tree after it: {over:?}"
+            "(keys, dirty nodes) of the other tree, and (dirty nodes, room) of the 40-entry tree after it: {over:?}"
         );
     }
 }
