@@ -2712,10 +2712,7 @@ fn check_workload(
 /// runs; the failing ones are listed at the end.
 #[test]
 fn random_workloads_survive_random_cuts() {
-    let cases: u64 = std::env::var("LARCH_CRASH_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+    let cases = env_count("LARCH_CRASH_CASES", 300);
     let dir = scratch_dir();
     let mut total = RandomStats::default();
     let mut failed = Vec::new();
@@ -2827,10 +2824,7 @@ const FAILING_BACKGROUND_SEEDS: u64 = 1 << 40;
 /// is the i-th).
 #[test]
 fn random_workloads_with_failing_syncs_on_another_thread_survive_random_cuts() {
-    let cases: u64 = std::env::var("LARCH_CRASH_BACKGROUND_FAULTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
+    let cases = env_count("LARCH_CRASH_BACKGROUND_FAULTS", 12);
     let dir = scratch_dir();
     let mut total = Coverage::default();
     let mut failed = Vec::new();
@@ -3948,4 +3942,12 @@ fn panic_text(e: &(dyn std::any::Any + Send)) -> String {
         .cloned()
         .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default()
+}
+
+/// The number in environment variable `name`, or `default`.
+fn env_count(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
