@@ -149,6 +149,10 @@ static NEXT_BACKGROUND_SYNC: std::sync::atomic::AtomicU64 = std::sync::atomic::A
 /// writer stopped calling: a foreground sync waits for it, or the handle closes).
 const BACKGROUND_SYNC_MAX_WAIT: Duration = Duration::from_millis(20);
 
+/// How long the next call waits for the thread of a sync on another thread that failed to
+/// end ([`Recording::faults_in_background`]): only a stuck thread takes this long.
+const FAILED_SYNC_MAX_WAIT: Duration = Duration::from_secs(10);
+
 impl<T> Debug for Recording<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recording")
@@ -270,10 +274,19 @@ impl<T> Recording<T> {
         }
         let bg = &self.background_syncs;
         let mut pending = bg.pending.lock().unwrap();
-        let deadline = std::time::Instant::now() + BACKGROUND_SYNC_MAX_WAIT;
+        let start = std::time::Instant::now();
         loop {
             let len = self.log.lock().unwrap().len();
             let now = std::time::Instant::now();
+            // A failed sync is due at once and ends with its thread, which waits for nothing:
+            // wait for it as long as the scheduler takes (on a loaded machine more than 20
+            // ms), so the handle is poisoned before the log goes on wherever it runs.
+            let limit = if bg.failed.load(Ordering::SeqCst) {
+                FAILED_SYNC_MAX_WAIT
+            } else {
+                BACKGROUND_SYNC_MAX_WAIT
+            };
+            let deadline = start + limit;
             if !pending.iter().any(|&(_, due)| due <= len) || now >= deadline {
                 return;
             }
