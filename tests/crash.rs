@@ -1654,8 +1654,11 @@ fn every_cut_of_one_fsync_commits_with_overflow_values_finds_any_missing_page() 
 /// of 4 KiB), written as several writes of one run and as scattered runs after frees.
 fn script_large_commits(d: Durability) -> Vec<Step> {
     let mut s = Vec::new();
-    // ~1.4 MB of leaves in one commit of a new file: one run, several writes.
-    for n in 0..4_000 {
+    // ~2 MB of leaves in one commit of a new file: one run, several writes. The keys go in
+    // scrambled: ascending keys' full leaves would be written apart from the branches
+    // allocated between them (`Node::sequential`), in runs shorter than a chunk.
+    for i in 0..4_000 {
+        let n = i * 7919 % 4_000;
         s.push(Step::Put("l", key(n), val(n, 300)));
     }
     s.push(Step::Commit(d));

@@ -74,6 +74,8 @@ impl Txn {
         let mut level = tail.len() - 1;
         loop {
             let full = std::mem::replace(&mut tail[level], child);
+            // Left behind full: later commits seldom rewrite it.
+            self.nodes[full].sequential = true;
             if level == 0 {
                 self.grow_root(t, full, sep, child);
                 let Some(Child::Node(root)) = self.trees[t].root else {

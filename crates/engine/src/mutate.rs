@@ -73,6 +73,7 @@ impl Txn {
                 };
                 node.page = self.alloc_node();
                 node.hot = page.txid() + 1 >= self.txid;
+                node.sequential = false;
                 self.free_written(p, 1, page.txid());
                 if self.nodes.len() == self.nodes.capacity() && self.nodes.len() >= 8 {
                     // No more than this tree has pages to dirty: a committed leaf holds an
@@ -215,6 +216,9 @@ impl Txn {
             at_end = i + 1 == before && self.nodes[id].children.len() > before;
         }
         if self.nodes[id].size() > self.limits.capacity {
+            // At the end of a branch (or of a root leaf), keys are arriving in order: the
+            // left node stays full behind them.
+            self.nodes[id].sequential |= at_end;
             return Ok((existed, Some(self.split(id, at_end))));
         }
         Ok((existed, None))

@@ -390,6 +390,10 @@ pub struct Node {
     /// Copied from a page the previous commit wrote: likely copied by the next commit too
     /// (`Txn::gather_hot_pages`).
     pub hot: bool,
+    /// Filled by keys in ascending order and left full behind them (a sorted append's nodes,
+    /// the left half of a split at the end of the tree): a page later commits seldom rewrite,
+    /// written into large page-cache folios (`Pager::write_pages_in_order`).
+    pub sequential: bool,
     /// `bytes` is still the page this node was decoded from, edited in place: every entry's
     /// slot and cell lie in it, in key order, so `encode` copies it and sets only the header
     /// and (branch) the child ids instead of rebuilding every cell. Edits that keep it so:
@@ -430,6 +434,7 @@ impl Node {
             live: true,
             role,
             hot: false,
+            sequential: false,
             image: false,
             low: 0,
             prefixed: true,

@@ -272,13 +272,15 @@ impl Options {
     }
     /// How large the kernel's page-cache folios are for pages this handle writes into parts
     /// of the file it had not written (Linux with large folios): `Small` (the default, one
-    /// page each, for the first 16 MiB of a run of such writes: every later one-page rewrite,
-    /// which each commit makes, costs the kernel a page) or `Large` (up to 64 KiB: point
-    /// reads through the map are up to 5% faster over them at 500,000 documents). What it
-    /// buys and costs on this project's machine is in docs/performance.md, "Page-cache
-    /// folios": with `Small` loads run 1.18-1.23x and async overwrites 1.09-1.24x faster, point
-    /// reads 0.95x at 500,000 documents and 1.05x at 10,000,000. Pwrite writes (and Hybrid's);
-    /// nothing in the file changes.
+    /// page each: every later one-page rewrite, which each commit makes, costs the kernel a
+    /// page; but pages filled in key order, by `WriteTree::append` or by inserts of ascending
+    /// keys, go into large folios, since later commits seldom rewrite them) or `Large` (up to
+    /// 64 KiB: point reads through the map are up to 5% faster over them at 500,000
+    /// documents). What it buys and costs on this project's machine is in
+    /// docs/performance.md, "Page-cache folios": with `Small` loads run 1.18-1.23x and async
+    /// overwrites 1.09-1.24x faster, one-key commits after a bulk load of random keys in one
+    /// transaction 1.2x, point reads 0.95x at 500,000 documents and 1.05x at 10,000,000.
+    /// Pwrite writes (and Hybrid's); nothing in the file changes.
     ///
     /// ```
     /// use larch_engine::{CacheFolios, Db, Options};

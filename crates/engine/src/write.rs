@@ -815,7 +815,13 @@ impl Txn {
         // (through the map, in WriteMode::Hybrid).
         let deferred = self.durability == Durability::Async;
         let pager = &self.db.pager;
-        let write = |first: PageId, buf: &[u8]| pager.write_pages_as(first, &[buf], deferred);
+        let write = |first: PageId, buf: &[u8], in_order: bool| {
+            if in_order {
+                pager.write_pages_in_order(first, &[buf], deferred)
+            } else {
+                pager.write_pages_as(first, &[buf], deferred)
+            }
+        };
         let txid = self.txid;
         // The nodes `keep_written` will keep (its branches; its leaves too in a small commit)
         // become their page image again once encoded, if an edit had ended it.
@@ -827,16 +833,22 @@ impl Txn {
         manifest.reserve(order.len());
         let mut runs = 0;
         let mut first = 0; // index in `pages` of the first page in `buf`
+                           // Nodes filled in key order (`Node::sequential`) are written apart from the rest,
+                           // into large page-cache folios (`Pager::write_pages_in_order`): whether those in
+                           // `buf` are.
+        let mut in_order = false;
         for (at, &(page, t, i)) in order.iter().enumerate() {
             let joins = at > first && pages(at - 1) + 1 == page;
             if at > 0 && pages(at - 1) + 1 != page {
                 runs += 1;
             }
-            if at > first && (!joins || at - first == chunk) {
-                write(pages(first), &buf)?;
+            let sequential = trees[t].nodes[i].sequential;
+            if at > first && (!joins || at - first == chunk || sequential != in_order) {
+                write(pages(first), &buf, in_order)?;
                 buf.clear();
                 first = at;
             }
+            in_order = sequential;
             let nodes = &trees[t].nodes;
             nodes[i].encode(&mut buf, ps, txid, |n| nodes[n].page);
             let encoded = &buf[buf.len() - ps..];
@@ -853,7 +865,7 @@ impl Txn {
             }
         }
         if !buf.is_empty() {
-            write(pages(first), &buf)?;
+            write(pages(first), &buf, in_order)?;
             runs += 1;
         }
         let mut overflow_runs = 0;

@@ -466,6 +466,24 @@ impl Pager {
         r.map_err(|e| PagerError::io("write pages", &self.path, e))
     }
 
+    /// [`Pager::write_pages_as`] for pages filled in key order and left full, which later
+    /// commits seldom rewrite (a sorted append's): [`Storage::write_in_order`], which leaves
+    /// them in large page-cache folios where [`CacheFolios::Small`] would bring them in a
+    /// page at a time.
+    pub fn write_pages_in_order(
+        &self,
+        first: PageId,
+        bufs: &[&[u8]],
+        deferred: bool,
+    ) -> Result<()> {
+        self.check_writable()?;
+        self.count_write(bufs);
+        let offset = first * self.page_size as u64;
+        self.storage
+            .write_in_order(offset, bufs, deferred)
+            .map_err(|e| PagerError::io("write pages", &self.path, e))
+    }
+
     /// Write `meta` into its slot (txid % 2). Not durable until [`Pager::sync`].
     pub fn write_meta(&self, meta: &Meta) -> Result<()> {
         self.write_meta_with_manifest(meta, &[])

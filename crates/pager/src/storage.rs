@@ -28,9 +28,10 @@ pub enum CacheFolios {
     /// One page each, the default: a run written past what the file held so far is first
     /// brought into the cache one page per folio (`readahead` of the new range, zeros), so
     /// each later one-page rewrite, which every commit makes, costs the kernel a page, not
-    /// 16. Only the first [`SMALL_FOLIO_STREAK`] bytes of fresh pages written back to back
-    /// (a bulk load in one transaction) are; the rest are written as `Large`. Measured against
-    /// `Large` (docs/performance.md, "Page-cache folios"): loads 1.18-1.23x, async overwrites
+    /// 16. Runs written in key order ([`Storage::write_in_order`]: a sorted append's full
+    /// pages, which later commits seldom rewrite and whose single-page folios made a sorted
+    /// append 0.69x as fast) are written as `Large`. Measured against `Large`
+    /// (docs/performance.md, "Page-cache folios"): loads 1.18-1.23x, async overwrites
     /// 1.09-1.24x, point reads 0.95x at 500,000 documents and 1.05x at 10,000,000.
     /// Pwrite (and Hybrid's pwrites) only; a compaction's copy writes large folios.
     #[default]
@@ -95,6 +96,17 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn write_deferred(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         self.write_at(offset, bufs)
     }
+    /// As [`Storage::write_deferred`] (`deferred`) or [`Storage::write_at`], for pages filled
+    /// in key order and left full, which later writes seldom rewrite (a sorted append's): the
+    /// implementation may keep them in large page-cache folios ([`CacheFolios`]). The default
+    /// is the plain write.
+    fn write_in_order(&self, offset: u64, bufs: &[&[u8]], deferred: bool) -> io::Result<()> {
+        if deferred {
+            self.write_deferred(offset, bufs)
+        } else {
+            self.write_at(offset, bufs)
+        }
+    }
     /// Make every write completed so far durable (fdatasync or msync).
     fn sync(&self) -> io::Result<()>;
     /// Write `bufs` at `offset` as [`Storage::write_at`] does and make that range durable
@@ -143,56 +155,28 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
 /// miss (docs/performance.md, "Page-cache folios").
 pub const WRITE_PIECE: u64 = 64 << 10;
 
-/// How many bytes of fresh pages written back to back [`CacheFolios::Small`] brings into the
-/// cache a page at a time; past this, the rest of the streak is written into folios as large
-/// as its pieces. A streak this long is a bulk load or a sorted append in one transaction:
-/// its pages are written once, and writing them one page per folio (a readahead that zeroes
-/// each, then 16 folios per piece) is what made a sorted append 0.69x of large folios
-/// (docs/performance.md, "Page-cache folios"). A load in commits of 1,000 keys writes fresh
-/// runs of 40 to 250 pages.
-pub const SMALL_FOLIO_STREAK: u64 = 16 << 20;
-
-/// The fresh writes [`CacheFolios::Small`] has seen back to back: where the last one ended and
-/// how many fresh bytes the streak holds. A write that does not reach past the fresh mark (a
-/// reused page, a meta) ends the streak.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct FreshStreak {
-    end: u64,
-    len: u64,
-}
-
 /// The part of a write of `len` bytes at `offset` that [`CacheFolios::Small`] brings into the
 /// cache a page at a time before writing it, `(start, len)`: what lies past `fresh` (the end
 /// of what the file held or had written), if the write is more than one page (a one-page
-/// write makes a one-page folio by itself) and the streak of fresh writes it continues holds
-/// at most [`SMALL_FOLIO_STREAK`] bytes with it. Also returns where the fresh mark moves to
-/// (the write's end, when it holds more than a page past the mark), and updates `streak`.
+/// write makes a one-page folio by itself) and not `in_order` (pages filled in key order and
+/// left full, [`Storage::write_in_order`]: a sorted append, whose pages are written once and
+/// which single-page folios made 0.69x as fast, docs/performance.md, "Page-cache folios").
+/// Also returns where the fresh mark moves to: the write's end, when it holds more than a
+/// page past the mark.
 fn fresh_range(
     offset: u64,
     len: u64,
     fresh: u64,
-    streak: &mut FreshStreak,
+    in_order: bool,
 ) -> (Option<(u64, u64)>, Option<u64>) {
     let Some(end) = offset.checked_add(len) else {
         return (None, None);
     };
-    if end <= fresh {
-        *streak = FreshStreak::default();
-        return (None, None);
-    }
-    if len <= 4096 {
+    if end <= fresh || len <= 4096 {
         return (None, None);
     }
     let from = offset.max(fresh);
-    let n = end - from;
-    let len = if from == streak.end && streak.len > 0 {
-        streak.len.saturating_add(n)
-    } else {
-        n
-    };
-    *streak = FreshStreak { end, len };
-    let range = (len <= SMALL_FOLIO_STREAK).then_some((from, n));
-    (range, Some(end))
+    ((!in_order).then_some((from, end - from)), Some(end))
 }
 
 /// The real storage: a file written with pwritev or through a writable map.
@@ -208,8 +192,6 @@ pub struct FileStorage {
     /// Bytes below this offset were in the file when it was opened or have been written
     /// since: a write past it is a write of fresh pages.
     fresh_from: AtomicU64,
-    /// The fresh writes made back to back so far.
-    streak: Mutex<FreshStreak>,
 }
 
 #[derive(Debug, Default)]
@@ -226,7 +208,6 @@ impl FileStorage {
         FileStorage {
             small_folios: AtomicBool::new(false),
             fresh_from: AtomicU64::new(len),
-            streak: Mutex::new(FreshStreak::default()),
             file,
             mode,
             mapped: Mutex::new(MappedWrites::default()),
@@ -239,12 +220,12 @@ impl FileStorage {
     }
 
     /// [`FileStorage::pwritev_all`] in calls that each end at a [`WRITE_PIECE`] boundary of
-    /// the file (or at the end of the data).
-    fn write_in_pieces(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
+    /// the file (or at the end of the data); `in_order`: [`Storage::write_in_order`].
+    fn write_in_pieces(&self, offset: u64, bufs: &[&[u8]], in_order: bool) -> io::Result<()> {
         if self.small_folios.load(Ordering::Relaxed) {
             let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
             let fresh = self.fresh_from.load(Ordering::Relaxed);
-            let (range, mark) = fresh_range(offset, len, fresh, &mut self.streak.lock());
+            let (range, mark) = fresh_range(offset, len, fresh, in_order);
             if let Some((from, n)) = range {
                 // Advice only: an error (or a kernel that ignores it) leaves large folios.
                 // SAFETY: readahead on a valid descriptor; no memory involved.
@@ -435,15 +416,26 @@ impl Storage for FileStorage {
 
     fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         match self.mode {
-            WriteMode::Pwrite | WriteMode::Hybrid => self.write_in_pieces(offset, bufs),
+            WriteMode::Pwrite | WriteMode::Hybrid => self.write_in_pieces(offset, bufs, false),
             WriteMode::Mmap => self.checked_map_write(offset, bufs),
         }
     }
 
     fn write_deferred(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
         match self.mode {
-            WriteMode::Pwrite => self.write_in_pieces(offset, bufs),
+            WriteMode::Pwrite => self.write_in_pieces(offset, bufs, false),
             WriteMode::Mmap | WriteMode::Hybrid => self.checked_map_write(offset, bufs),
+        }
+    }
+
+    fn write_in_order(&self, offset: u64, bufs: &[&[u8]], deferred: bool) -> io::Result<()> {
+        match (self.mode, deferred) {
+            (WriteMode::Pwrite, _) | (WriteMode::Hybrid, false) => {
+                self.write_in_pieces(offset, bufs, true)
+            }
+            (WriteMode::Mmap, _) | (WriteMode::Hybrid, true) => {
+                self.checked_map_write(offset, bufs)
+            }
         }
     }
 
@@ -610,7 +602,7 @@ mod tests {
 
     #[test]
     fn fresh_range_is_the_part_of_a_multi_page_write_past_the_fresh_mark() {
-        let fresh = |offset, len, mark| fresh_range(offset, len, mark, &mut FreshStreak::default());
+        let fresh = |offset, len, mark| fresh_range(offset, len, mark, false);
         // One page: its own write makes a one-page folio.
         assert_eq!(fresh(8192, 4096, 0), (None, None));
         // Wholly below the mark: nothing is fresh.
@@ -628,55 +620,39 @@ mod tests {
         assert_eq!(fresh(u64::MAX - 10, 8192, 0), (None, None));
     }
 
-    /// Fresh writes back to back get single-page folios until they hold
-    /// [`SMALL_FOLIO_STREAK`] bytes; the rest of the streak does not, though the mark still
-    /// moves. A write below the mark (a reused page, a meta) ends the streak, and so does a
-    /// fresh write that does not start where the last one ended.
+    /// A write of more than a page past the fresh mark is brought into the cache a page at a
+    /// time from the mark on, however long the streak of such writes (a bulk load of random
+    /// keys in one transaction is rewritten a page at a time later), unless it is written in
+    /// key order; either way the mark moves to its end. A write below the mark or of one page
+    /// is left alone and leaves the mark.
     #[test]
-    fn a_long_streak_of_fresh_writes_gets_single_page_folios_only_for_its_first_bytes() {
+    fn fresh_writes_get_single_page_folios_unless_written_in_key_order() {
         const MIB: u64 = 1 << 20;
-        let mut streak = FreshStreak::default();
         let mut mark = 0;
-        let mut write = |offset: u64, len: u64, streak: &mut FreshStreak| {
-            let (range, moved) = fresh_range(offset, len, mark, streak);
+        let mut write = |offset: u64, len: u64, in_order: bool| {
+            let (range, moved) = fresh_range(offset, len, mark, in_order);
             if let Some(m) = moved {
                 mark = mark.max(m);
             }
-            range
+            (range, mark)
         };
-        // 16 MiB in 1 MiB writes: every one brought in a page at a time.
-        for i in 0..16 {
+        // 64 MiB in 1 MiB writes: every one brought in a page at a time.
+        for i in 0..64 {
             assert_eq!(
-                write(i * MIB, MIB, &mut streak),
-                Some((i * MIB, MIB)),
-                "write {i}"
+                write(i * MIB, MIB, false),
+                (Some((i * MIB, MIB)), (i + 1) * MIB)
             );
         }
-        // The 17th and later: large folios, the mark moving on.
-        assert_eq!(write(16 * MIB, MIB, &mut streak), None);
-        assert_eq!(write(17 * MIB, MIB, &mut streak), None);
-        // A write that straddles the streak's limit is left whole to large folios.
-        let mut s2 = FreshStreak::default();
-        let mut m2 = 0;
-        let (r, m) = fresh_range(0, SMALL_FOLIO_STREAK - 4096, m2, &mut s2);
-        assert_eq!(r, Some((0, SMALL_FOLIO_STREAK - 4096)));
-        m2 = m.unwrap();
-        let (r, _) = fresh_range(m2, 8192, m2, &mut s2);
-        assert_eq!(r, None);
-        // A meta write below the mark ends the streak: the next fresh run starts a new one.
-        assert_eq!(write(0, 4096, &mut streak), None);
-        assert_eq!(streak, FreshStreak::default());
-        assert_eq!(write(18 * MIB, MIB, &mut streak), Some((18 * MIB, MIB)));
-        // So does a fresh write elsewhere than where the last one ended.
-        for i in 0..15 {
-            assert!(write((19 + i) * MIB, MIB, &mut streak).is_some());
-        }
-        assert_eq!(write(34 * MIB, MIB, &mut streak), None);
-        assert_eq!(write(40 * MIB, MIB, &mut streak), Some((40 * MIB, MIB)));
-        // A one-page fresh write neither counts nor ends it.
-        let before = streak;
-        assert_eq!(write(50 * MIB, 4096, &mut streak), None);
-        assert_eq!(streak, before);
+        // In key order: large folios, the mark moving on; then a write that is not.
+        assert_eq!(write(64 * MIB, MIB, true), (None, 65 * MIB));
+        assert_eq!(
+            write(65 * MIB, MIB, false),
+            (Some((65 * MIB, MIB)), 66 * MIB)
+        );
+        // Below the mark (a meta, a reused page), or one page past it: nothing.
+        assert_eq!(write(0, 4096, false), (None, 66 * MIB));
+        assert_eq!(write(10 * MIB, MIB, false), (None, 66 * MIB));
+        assert_eq!(write(70 * MIB, 4096, false), (None, 66 * MIB));
     }
 
     /// With single-page folios, writes past what the file held bring their range into the
@@ -712,6 +688,37 @@ mod tests {
             s.file().read_exact_at(&mut back, 0).unwrap();
             assert_eq!(&back[..4096], &[0u8; 4096][..]);
             assert_eq!(&back[4096..], &a[..3 * 4096]);
+        }
+    }
+
+    /// A write in key order past the fresh mark moves it as any write does, in every mode
+    /// and whether deferred or not, and writes the same bytes.
+    #[test]
+    fn writes_in_key_order_move_the_fresh_mark_and_write_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        for mode in WriteMode::ALL {
+            for deferred in [false, true] {
+                let path = dir.path().join(format!("{mode:?}{deferred}"));
+                let file = new_file(&path);
+                file.set_len(8192).unwrap();
+                let s = FileStorage::new(file, mode);
+                s.set_cache_folios(CacheFolios::Small);
+                s.set_len(1 << 20).unwrap();
+                let a: Vec<u8> = (0..6 * 4096u32).map(|i| (i % 253) as u8).collect();
+                s.write_in_order(4096, &[&a[..4096], &a[4096..]], deferred)
+                    .unwrap();
+                let pwrite = mode == WriteMode::Pwrite || (mode == WriteMode::Hybrid && !deferred);
+                let want = if pwrite { 7 * 4096 } else { 8192 };
+                assert_eq!(
+                    s.fresh_from.load(Ordering::Relaxed),
+                    want,
+                    "{mode:?} {deferred}"
+                );
+                s.sync().unwrap();
+                let mut back = vec![0u8; a.len()];
+                s.file().read_exact_at(&mut back, 4096).unwrap();
+                assert!(back == a, "{mode:?} {deferred}: the bytes differ");
+            }
         }
     }
 
