@@ -832,11 +832,11 @@ impl Txn {
         let mut manifest = std::mem::take(&mut self.writer.scratch.manifest);
         manifest.reserve(order.len());
         let mut runs = 0;
-        let mut first = 0; // index in `pages` of the first page in `buf`
-                           // Nodes filled in key order (`Node::sequential`) are written apart from the rest,
-                           // into large page-cache folios (`Pager::write_pages_in_order`): whether those in
-                           // `buf` are.
+        // Nodes filled in key order (`Node::sequential`) are written apart from the rest,
+        // into large page-cache folios (`Pager::write_pages_in_order`): whether those in
+        // `buf` are.
         let mut in_order = false;
+        let mut first = 0; // index in `pages` of the first page in `buf`
         for (at, &(page, t, i)) in order.iter().enumerate() {
             let joins = at > first && pages(at - 1) + 1 == page;
             if at > 0 && pages(at - 1) + 1 != page {
