@@ -40,7 +40,9 @@ impl Writer<'_> {
     fn flush(&mut self) -> Result<()> {
         if !self.buf.is_empty() {
             self.pager.ensure_pages(self.next)?;
-            self.pager.write_pages(self.pending_from, &[&self.buf])?;
+            // Written once, in key order: large page-cache folios, as a sorted append's.
+            self.pager
+                .write_pages_in_order(self.pending_from, &[&self.buf], false)?;
             self.buf.clear();
         }
         self.pending_from = self.next;
