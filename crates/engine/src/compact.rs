@@ -40,9 +40,7 @@ impl Writer<'_> {
     fn flush(&mut self) -> Result<()> {
         if !self.buf.is_empty() {
             self.pager.ensure_pages(self.next)?;
-            // Written once, in key order: large page-cache folios, as a sorted append's.
-            self.pager
-                .write_pages_in_order(self.pending_from, &[&self.buf], false)?;
+            self.pager.write_pages(self.pending_from, &[&self.buf])?;
             self.buf.clear();
         }
         self.pending_from = self.next;

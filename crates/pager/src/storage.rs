@@ -33,7 +33,9 @@ pub enum CacheFolios {
     /// append 0.69x as fast) are written as `Large`. Measured against `Large`
     /// (docs/performance.md, "Page-cache folios"): loads 1.18-1.23x, async overwrites
     /// 1.09-1.24x, point reads 0.95x at 500,000 documents and 1.05x at 10,000,000.
-    /// Pwrite (and Hybrid's pwrites) only; a compaction's copy writes large folios.
+    /// Pwrite (and Hybrid's pwrites) only. A compaction's copy is written this way whatever
+    /// the database's option, though in key order: the commits after a compaction rewrite
+    /// its pages one at a time (docs/performance.md, "Page-cache folios").
     #[default]
     Small,
 }
