@@ -35,7 +35,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "MODE", value_parser = crate::write_mode_parser())]
     pub write_mode: Option<WriteMode>,
     /// Make an async or nometasync commit durable once the pages replaced by commits not yet
-    /// durable reach this many bytes; 0 never does [default: half the live data, 4 to 64 MiB].
+    /// durable reach this many bytes; 0 never does [default: an eighth of the live data, 2 to 16 MiB].
     #[arg(long, value_name = "BYTES")]
     pub max_unsynced_bytes: Option<u64>,
     /// The input is in strictly ascending key order, above every key already in the tree:
