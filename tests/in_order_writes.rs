@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use larch::raw::{PageHeader, PageType};
 use larch::{Db, Durability, FileStorage, Options, Storage};
 use larch_testkit::recording::open_rw;
 use larch_testkit::Rng;
@@ -21,6 +22,8 @@ use larch_testkit::Rng;
 struct Counts {
     in_order: AtomicU64,
     other: AtomicU64,
+    /// Of `in_order`, the branch pages.
+    in_order_branches: AtomicU64,
 }
 
 impl Counts {
@@ -52,6 +55,18 @@ impl Counting {
             &self.counts.other
         };
         c.fetch_add(pages, Ordering::SeqCst);
+        if in_order {
+            let ps = self.page_size as usize;
+            let branches = bufs
+                .iter()
+                .flat_map(|b| b.chunks_exact(ps))
+                .filter_map(PageHeader::read)
+                .filter(|h| h.page_type == PageType::Branch)
+                .count();
+            self.counts
+                .in_order_branches
+                .fetch_add(branches as u64, Ordering::SeqCst);
+        }
     }
 }
 
@@ -127,9 +142,17 @@ enum Load {
     RandomInserts,
 }
 
+/// What [`load_then_overwrite`] counted: the pages the load wrote in key order and not, the
+/// load's branch pages in key order, and the pages the overwrites wrote each way.
+struct Written {
+    loaded: (u64, u64),
+    loaded_branches_in_order: u64,
+    overwritten: (u64, u64),
+}
+
 /// Loads 20,000 keys in one transaction, then overwrites 50 random keys in one-key commits,
-/// and returns the pages each load and the overwrites wrote each way.
-fn load_then_overwrite(load: Load, durability: Durability) -> ((u64, u64), (u64, u64)) {
+/// and returns the pages each wrote each way.
+fn load_then_overwrite(load: Load, durability: Durability) -> Written {
     const KEYS: u64 = 20_000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("o.larch");
@@ -158,6 +181,7 @@ fn load_then_overwrite(load: Load, durability: Durability) -> ((u64, u64), (u64,
     }
     tx.commit().unwrap();
     db.sync().unwrap();
+    let loaded_branches_in_order = counts.in_order_branches.swap(0, Ordering::SeqCst);
     let loaded = counts.take();
     verify(&db, &model, &format!("{load:?} loaded"));
     for n in 0..50 {
@@ -172,19 +196,28 @@ fn load_then_overwrite(load: Load, durability: Durability) -> ((u64, u64), (u64,
     db.sync().unwrap();
     let overwritten = counts.take();
     verify(&db, &model, &format!("{load:?} overwritten"));
-    (loaded, overwritten)
+    Written {
+        loaded,
+        loaded_branches_in_order,
+        overwritten,
+    }
 }
 
 #[test]
 fn a_sorted_append_or_ascending_inserts_write_their_full_pages_in_key_order() {
     for durability in [Durability::Sync, Durability::Async] {
         for load in [Load::Append, Load::AscendingInserts] {
-            let ((in_order, other), _) = load_then_overwrite(load, durability);
+            let w = load_then_overwrite(load, durability);
+            let (in_order, other) = w.loaded;
             // All but the right edge of the tree (a leaf and a branch or two): full pages
-            // behind the keys as they arrived.
+            // behind the keys as they arrived, the branches left full among them.
             assert!(
                 in_order > 0 && other <= 4 && in_order >= 20 * other,
                 "{load:?} {durability:?}: {in_order} pages in key order, {other} others"
+            );
+            assert!(
+                w.loaded_branches_in_order > 0,
+                "{load:?} {durability:?}: no branch page in key order"
             );
         }
     }
@@ -193,7 +226,14 @@ fn a_sorted_append_or_ascending_inserts_write_their_full_pages_in_key_order() {
 #[test]
 fn a_load_of_random_keys_writes_its_pages_for_rewriting_in_one_transaction_or_many() {
     for durability in [Durability::Sync, Durability::Async] {
-        let ((in_order, other), _) = load_then_overwrite(Load::RandomInserts, durability);
+        let w = load_then_overwrite(Load::RandomInserts, durability);
+        let (in_order, other) = w.loaded;
+        // Its branches split wherever their children do: none of them at the end of keys
+        // arriving in order.
+        assert_eq!(
+            w.loaded_branches_in_order, 0,
+            "{durability:?}: branch pages of a random load written in key order"
+        );
         // A leaf that grew at its end and is the last of its branch, or a branch grown at
         // its end, may be taken for keys in order: a few pages, not the load.
         assert!(
@@ -229,7 +269,7 @@ fn a_load_of_random_keys_writes_its_pages_for_rewriting_in_one_transaction_or_ma
 #[test]
 fn a_page_rewritten_by_a_later_commit_is_not_taken_for_keys_in_order() {
     for load in [Load::Append, Load::AscendingInserts, Load::RandomInserts] {
-        let (_, (in_order, other)) = load_then_overwrite(load, Durability::Async);
+        let (in_order, other) = load_then_overwrite(load, Durability::Async).overwritten;
         // Each one-key overwrite copies a leaf and its branches: none of them in key order,
         // whatever wrote the page it copied.
         assert!(
