@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use larch::raw::{PageHeader, PageType};
@@ -17,101 +16,37 @@ use larch::{Db, Durability, FileStorage, Options, Storage};
 use larch_testkit::recording::open_rw;
 use larch_testkit::Rng;
 
-/// Pages written in key order and the others, counted above the meta pages.
-#[derive(Debug, Default)]
-struct Counts {
-    in_order: AtomicU64,
-    other: AtomicU64,
-    /// Of `in_order`, the branch pages.
-    in_order_branches: AtomicU64,
+/// Pages a run of commits wrote in key order and the others, and of the first the branch
+/// pages: [`take`] of a [`Log`].
+struct Tally {
+    in_order: u64,
+    other: u64,
+    in_order_branches: u64,
 }
 
-impl Counts {
-    fn take(&self) -> (u64, u64) {
-        (
-            self.in_order.swap(0, Ordering::SeqCst),
-            self.other.swap(0, Ordering::SeqCst),
-        )
-    }
-}
-
-/// File storage that counts the node pages written each way.
-#[derive(Debug)]
-struct Counting {
-    inner: FileStorage,
-    counts: Arc<Counts>,
-    page_size: u64,
-}
-
-impl Counting {
-    fn count(&self, offset: u64, bufs: &[&[u8]], in_order: bool) {
-        if offset < 2 * self.page_size {
-            return;
-        }
-        let pages: u64 = bufs.iter().map(|b| b.len() as u64).sum::<u64>() / self.page_size;
-        let c = if in_order {
-            &self.counts.in_order
+/// Sums and empties `log`.
+fn take(log: &Log, page_size: u64) -> Tally {
+    let mut t = Tally {
+        in_order: 0,
+        other: 0,
+        in_order_branches: 0,
+    };
+    for w in log.lock().unwrap().drain(..) {
+        if w.in_order {
+            t.in_order += w.len / page_size;
+            t.in_order_branches += w.branches;
         } else {
-            &self.counts.other
-        };
-        c.fetch_add(pages, Ordering::SeqCst);
-        if in_order {
-            let ps = self.page_size as usize;
-            let branches = bufs
-                .iter()
-                .flat_map(|b| b.chunks_exact(ps))
-                .filter_map(PageHeader::read)
-                .filter(|h| h.page_type == PageType::Branch)
-                .count();
-            self.counts
-                .in_order_branches
-                .fetch_add(branches as u64, Ordering::SeqCst);
+            t.other += w.len / page_size;
         }
     }
+    t
 }
 
-impl Storage for Counting {
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        self.count(offset, bufs, false);
-        self.inner.write_at(offset, bufs)
-    }
-    fn write_deferred(&self, offset: u64, bufs: &[&[u8]]) -> io::Result<()> {
-        self.count(offset, bufs, false);
-        self.inner.write_deferred(offset, bufs)
-    }
-    fn write_in_order(&self, offset: u64, bufs: &[&[u8]], deferred: bool) -> io::Result<()> {
-        self.count(offset, bufs, true);
-        self.inner.write_in_order(offset, bufs, deferred)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.inner.sync()
-    }
-    fn set_cache_folios(&self, folios: larch::CacheFolios) {
-        self.inner.set_cache_folios(folios);
-    }
-    fn file(&self) -> &std::fs::File {
-        self.inner.file()
-    }
-}
-
-fn open(path: &Path) -> (Db, Arc<Counts>) {
+/// A new file opened through a [`Ledger`], with its log empty.
+fn open(path: &Path) -> (Db, Log) {
     let opts = Options::default();
     drop(Db::open(path, opts).unwrap());
-    let counts = Arc::new(Counts::default());
-    let storage = Counting {
-        inner: FileStorage::new(open_rw(path), opts.get_write_mode()),
-        counts: counts.clone(),
-        page_size: opts.get_page_size() as u64,
-    };
-    let db = Db::open_with_storage(path, Box::new(storage), opts).unwrap();
-    counts.take();
-    (db, counts)
+    open_logged(path, opts)
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -156,7 +91,8 @@ fn load_then_overwrite(load: Load, durability: Durability) -> Written {
     const KEYS: u64 = 20_000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("o.larch");
-    let (db, counts) = open(&path);
+    let (db, log) = open(&path);
+    let ps = Options::default().get_page_size() as u64;
     let mut model = BTreeMap::new();
     let mut rng = Rng(0x5eed_0001);
     let mut keys: Vec<u64> = (0..KEYS).collect();
@@ -181,8 +117,7 @@ fn load_then_overwrite(load: Load, durability: Durability) -> Written {
     }
     tx.commit().unwrap();
     db.sync().unwrap();
-    let loaded_branches_in_order = counts.in_order_branches.swap(0, Ordering::SeqCst);
-    let loaded = counts.take();
+    let loaded = take(&log, ps);
     verify(&db, &model, &format!("{load:?} loaded"));
     for n in 0..50 {
         let i = rng.below(KEYS);
@@ -194,12 +129,12 @@ fn load_then_overwrite(load: Load, durability: Durability) -> Written {
         model.insert(key(i), v);
     }
     db.sync().unwrap();
-    let overwritten = counts.take();
+    let overwritten = take(&log, ps);
     verify(&db, &model, &format!("{load:?} overwritten"));
     Written {
-        loaded,
-        loaded_branches_in_order,
-        overwritten,
+        loaded: (loaded.in_order, loaded.other),
+        loaded_branches_in_order: loaded.in_order_branches,
+        overwritten: (overwritten.in_order, overwritten.other),
     }
 }
 
@@ -243,7 +178,7 @@ fn a_load_of_random_keys_writes_its_pages_for_rewriting_in_one_transaction_or_ma
     }
     // In many transactions, as the harness's load.
     let dir = tempfile::tempdir().unwrap();
-    let (db, counts) = open(&dir.path().join("m.larch"));
+    let (db, log) = open(&dir.path().join("m.larch"));
     let mut rng = Rng(0x5eed_0002);
     let mut model = BTreeMap::new();
     for _ in 0..20 {
@@ -258,10 +193,13 @@ fn a_load_of_random_keys_writes_its_pages_for_rewriting_in_one_transaction_or_ma
         }
         tx.commit().unwrap();
     }
-    let (in_order, other) = counts.take();
+    let t = take(&log, Options::default().get_page_size() as u64);
     assert!(
-        other > 100 && in_order * 50 <= other,
-        "{in_order} pages in key order, {other} others"
+        t.other > 100 && t.in_order * 50 <= t.other && t.in_order_branches == 0,
+        "{} pages in key order ({} branches), {} others",
+        t.in_order,
+        t.in_order_branches,
+        t.other
     );
     verify(&db, &model, "loaded in 20 transactions");
 }
@@ -279,12 +217,14 @@ fn a_page_rewritten_by_a_later_commit_is_not_taken_for_keys_in_order() {
     }
 }
 
-/// One page write a commit made: where, how long, and which way.
+/// One page write a commit made: where, how long, which way, and how many branch pages it
+/// held.
 #[derive(Clone, Copy, Debug)]
 struct Write {
     offset: u64,
     len: u64,
     in_order: bool,
+    branches: u64,
 }
 
 /// File storage that logs every write above the meta pages.
@@ -299,10 +239,17 @@ impl Ledger {
     fn log(&self, offset: u64, bufs: &[&[u8]], in_order: bool) {
         if offset >= 2 * self.page_size {
             let len = bufs.iter().map(|b| b.len() as u64).sum();
+            let branches = bufs
+                .iter()
+                .flat_map(|b| b.chunks_exact(self.page_size as usize))
+                .filter_map(PageHeader::read)
+                .filter(|h| h.page_type == PageType::Branch)
+                .count() as u64;
             self.log.lock().unwrap().push(Write {
                 offset,
                 len,
                 in_order,
+                branches,
             });
         }
     }
