@@ -60,13 +60,20 @@ fn value(i: u64) -> Vec<u8> {
 fn verify(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
     db.check().unwrap_or_else(|e| panic!("{what}: check: {e}"));
     let rx = db.begin_read().unwrap();
-    let t = rx.open_tree("t").unwrap();
-    let got: BTreeMap<Vec<u8>, Vec<u8>> = t
+    assert!(
+        contents(&rx, "t") == *model,
+        "{what}: the tree is not the model"
+    );
+}
+
+/// Every record of tree `name` as `rx` sees it.
+fn contents(rx: &larch::ReadTx, name: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    rx.open_tree(name)
+        .unwrap()
         .iter()
         .unwrap()
         .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
-        .collect();
-    assert!(got == *model, "{what}: the tree is not the model");
+        .collect()
 }
 
 /// How the keys of the one-transaction load go in.
@@ -471,13 +478,10 @@ fn every_page_of_a_commit_is_written_once_whatever_mix_of_key_order_its_runs_hol
                     }
                     let rx = db.begin_read().unwrap();
                     for (n, model) in names.iter().zip(&models) {
-                        let t = rx.open_tree(n).unwrap();
-                        let got: BTreeMap<Vec<u8>, Vec<u8>> = t
-                            .iter()
-                            .unwrap()
-                            .map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
-                            .collect();
-                        assert!(got == *model, "{what}: tree {n} is not the model");
+                        assert!(
+                            contents(&rx, n) == *model,
+                            "{what}: tree {n} is not the model"
+                        );
                     }
                 }
                 assert!(
