@@ -1153,3 +1153,87 @@ fn another_process_does_not_commit_durably_under_a_name_whose_directory_fsync_fa
     );
     drop(a);
 }
+
+/// A compaction file system that notes every `Storage::set_cache_folios` call on the storage
+/// of the files compaction creates.
+#[derive(Debug, Default)]
+struct FoliosNoted(std::sync::Arc<std::sync::Mutex<Vec<larch::CacheFolios>>>);
+
+#[derive(Debug)]
+struct NotingStorage {
+    inner: Box<dyn larch::Storage>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<larch::CacheFolios>>>,
+}
+
+impl larch::Storage for NotingStorage {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn write_at(&self, offset: u64, bufs: &[&[u8]]) -> std::io::Result<()> {
+        self.inner.write_at(offset, bufs)
+    }
+    fn write_in_order(&self, offset: u64, bufs: &[&[u8]], deferred: bool) -> std::io::Result<()> {
+        self.inner.write_in_order(offset, bufs, deferred)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn set_cache_folios(&self, folios: larch::CacheFolios) {
+        self.seen.lock().unwrap().push(folios);
+        self.inner.set_cache_folios(folios);
+    }
+    fn file(&self) -> &std::fs::File {
+        self.inner.file()
+    }
+}
+
+impl larch::CompactionFs for FoliosNoted {
+    fn storage(
+        &self,
+        _path: &std::path::Path,
+        file: std::fs::File,
+        mode: larch::WriteMode,
+    ) -> Box<dyn larch::Storage> {
+        Box::new(NotingStorage {
+            inner: Box::new(larch::FileStorage::new(file, mode)),
+            seen: self.0.clone(),
+        })
+    }
+}
+
+/// A compaction's copy becomes the database's file, so its pages go into the page cache as
+/// the database's own writes do (`Options::cache_folios`), whichever the option is.
+#[test]
+fn a_compactions_copy_is_written_under_the_databases_cache_folios() {
+    for folios in [larch::CacheFolios::Small, larch::CacheFolios::Large] {
+        let dir = larch_testkit::scratch_dir();
+        let path = dir.path().join("t.larch");
+        drop(Db::open(&path, Options::default()).unwrap());
+        let fs = std::sync::Arc::new(FoliosNoted::default());
+        let opts = Options::default().cache_folios(folios);
+        let db = Db::open_with_storage_and_fs(
+            &path,
+            larch_testkit::file_storage(&path),
+            opts,
+            fs.clone(),
+        )
+        .unwrap();
+        fill_20k(&db);
+        let copy = dir.path().join("copy.larch");
+        db.compact_to(&copy).unwrap();
+        assert_eq!(*fs.0.lock().unwrap(), vec![folios], "{folios:?}");
+        let db2 = Db::open(&copy, Options::default()).unwrap();
+        assert_eq!(
+            db2.begin_read()
+                .unwrap()
+                .open_tree("t")
+                .unwrap()
+                .len()
+                .unwrap(),
+            20_000
+        );
+    }
+}

@@ -228,9 +228,12 @@ pub(crate) fn copy_snapshot(
     let tmp = dir.join(format!(".{name}.compacting.{}", std::process::id()));
     let _ = fs.remove(&tmp);
     let result = (|| -> Result<u64> {
+        // The copy's pages go into the page cache as the database's own writes would
+        // (`Options::cache_folios`): the file is the database's once it is switched in.
         let opts = PagerOptions {
             page_size,
             create: true,
+            cache_folios: rx.file().opts.cache_folios,
             ..PagerOptions::default()
         };
         let (pager, _) = Pager::open_wrapped(&tmp, opts, &|f, m| fs.storage(&tmp, f, m))?;
