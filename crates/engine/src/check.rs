@@ -383,7 +383,9 @@ impl Db {
 fn writer_of<'r>(
     rx: &'r crate::read::ReadTx,
     meta: &Meta,
-) -> Option<parking_lot::MutexGuard<'r, crate::file::WriterState>> {
+) -> Option<
+    parking_lot::lock_api::MutexGuard<'r, larch_pager::UnfairRawMutex, crate::file::WriterState>,
+> {
     let file = rx.file();
     let w = file.writer.try_lock()?;
     (file.durability.lock().committed.txid == meta.txid && !file.opts.read_only).then_some(w)

@@ -491,14 +491,13 @@ impl Db {
         }
         let open_file = OpenFile {
             readers: ReaderTable::new(Snapshot { meta, map }),
-            writer: Arc::new(Mutex::new(WriterState {
+            writer: Arc::new(larch_pager::UnfairMutex::new(WriterState {
                 free,
                 reader_pinned: Default::default(),
                 trigger: Default::default(),
                 spare_nodes: Default::default(),
                 written: Default::default(),
                 flush_started_at: 0,
-                holder: None,
                 hot_run_grown: false,
                 last_hot_run: None,
                 freemap_carried,

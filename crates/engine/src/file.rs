@@ -48,9 +48,6 @@ pub(crate) struct WriterState {
     /// Bytes of replaced pages waiting for a durable point when a background flush was last
     /// started ahead of it (`Txn::unsynced_over_limit`).
     pub flush_started_at: u64,
-    /// The thread whose transactions held this lock last, and how many in a row
-    /// (`Txn::begin`): a streak that reaches `FAIR_AFTER` hands the lock to a waiter.
-    pub holder: Option<(std::thread::ThreadId, u32)>,
     /// A commit has already placed its hot pages at the end of the file because the free set
     /// had no run for them (`Txn::gather_hot_pages`): done by at most one commit that lands
     /// per open file (a commit that fails restores it, `Txn::rollback`).
@@ -79,7 +76,7 @@ pub(crate) struct OpenFile {
     pub opts: Options,
     /// The newest snapshot and the readers of older ones (readers.rs).
     pub readers: ReaderTable,
-    pub writer: Arc<Mutex<WriterState>>,
+    pub writer: Arc<larch_pager::UnfairMutex<WriterState>>,
     /// Which commits are written and durable. Lock order: `writer`, then this.
     pub durability: Mutex<DurableState>,
     pub opened: OpenedMetas,
@@ -406,7 +403,6 @@ impl OpenFile {
             // which `WrittenNodes::take` would see, but nothing is gained by keeping them).
             written: Default::default(),
             flush_started_at: 0,
-            holder: None,
             hot_run_grown: w.hot_run_grown,
             last_hot_run: None,
             freemap_carried,

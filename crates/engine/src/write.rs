@@ -11,7 +11,8 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{ArcMutexGuard, RawMutex};
+use larch_pager::UnfairRawMutex;
+use parking_lot::lock_api::ArcMutexGuard;
 
 use larch_pager::{ManifestRun, Map, Meta, PageRole, TreeRoot};
 
@@ -188,13 +189,6 @@ impl Txn {
                 break (db, writer);
             }
         };
-        // Which thread held the lock last, for the turns `WriterLock` hands out.
-        let me = std::thread::current().id();
-        let streak = match writer.holder {
-            Some((t, n)) if t == me => n.saturating_add(1),
-            _ => 1,
-        };
-        writer.holder = Some((me, streak));
         db.pager.check_writable()?;
         if let Some(lock) = db.lock() {
             // One writer across processes; then catch up with what other processes wrote.
@@ -284,7 +278,7 @@ impl Txn {
             done: false,
             on_disk,
             meta_on_disk,
-            writer: WriterLock(Some(writer)),
+            writer: WriterLock(writer),
             serial: TX_SERIAL.fetch_add(1, Ordering::Relaxed),
             interrupted: false,
             savepoints: Vec::new(),
@@ -895,39 +889,24 @@ impl Txn {
     }
 }
 
-/// Transactions of one thread in a row after which the writer lock goes to the thread that
-/// waits longest ([`WriterLock`]).
-const FAIR_AFTER: u32 = 2;
-
-/// The in-process writer lock a transaction holds. The lock lets a thread that asks again take
-/// it back before a woken waiter runs, which keeps a thread that commits in a loop going: fast,
-/// but with four writer threads on two cores the others waited until the lock's own fairness
-/// timer (about half a millisecond, per waiter) handed it over, and one commit in a hundred
-/// took 2.3-2.5 ms (owa.n). So the second transaction in a row of one thread hands the lock
-/// straight to the longest waiter, if any: p99 0.9-1.1 ms with the same rate (docs/performance.md,
-/// "Writer threads taking turns").
-pub(crate) struct WriterLock(Option<ArcMutexGuard<RawMutex, WriterState>>);
+/// The in-process writer lock a transaction holds (`OpenFile::writer`). The thread that
+/// releases it may take it again before a woken waiter runs, as LMDB's and redb's writer
+/// locks allow, so a thread committing in a loop keeps going without a context switch per
+/// commit; a waiter that has waited `larch_pager::STARVED_AFTER` (20 ms) gets it at the next
+/// release (crates/pager/src/unfair.rs; docs/performance.md, "owa.n's p99: the writer lock's
+/// fairness").
+pub(crate) struct WriterLock(ArcMutexGuard<UnfairRawMutex, WriterState>);
 
 impl std::ops::Deref for WriterLock {
     type Target = WriterState;
     fn deref(&self) -> &WriterState {
-        self.0.as_ref().expect("held until dropped")
+        &self.0
     }
 }
 
 impl std::ops::DerefMut for WriterLock {
     fn deref_mut(&mut self) -> &mut WriterState {
-        self.0.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for WriterLock {
-    fn drop(&mut self) {
-        if let Some(g) = self.0.take() {
-            if g.holder.is_some_and(|(_, streak)| streak >= FAIR_AFTER) {
-                ArcMutexGuard::unlock_fair(g);
-            }
-        }
+        &mut self.0
     }
 }
 

@@ -9,8 +9,9 @@
 //!
 //! All of larch's `unsafe` lives in this crate: the mapping in [`map`] (every block says why
 //! the slice it makes cannot outlive its mapping or alias a write; and the prefetch hint), three system calls in
-//! `storage.rs` (pwritev, posix_fallocate, lseek), and the lock file's shared mapping and
-//! fcntl byte locks in [`lockfile`] (issue 15: several processes on one file). The map calls
+//! `storage.rs` (pwritev, posix_fallocate, lseek), the lock file's shared mapping and fcntl
+//! byte locks in [`lockfile`] (issue 15: several processes on one file), and the futex(2)
+//! calls of the writer threads' lock in `unfair.rs`. The map calls
 //! mmap through libc rather than memmap2: it reserves address space far past the end of the
 //! file (MAP_NORESERVE) and advises and msyncs ranges of that reservation, and the slices it
 //! hands out need their own `unsafe` either way.
@@ -27,6 +28,7 @@ mod meta;
 mod page;
 mod pager;
 mod storage;
+mod unfair;
 
 pub use error::{is_disk_full, PagerError, Result};
 #[doc(hidden)]
@@ -50,6 +52,7 @@ pub use pager::{
     IoCounters, OpenedMetas, Pager, PagerOptions, SyncName,
 };
 pub use storage::{BackgroundSync, CacheFolios, FileStorage, Storage, WriteMode};
+pub use unfair::{UnfairMutex, UnfairRawMutex, STARVED_AFTER};
 
 /// A page number: byte offset / page size. Pages 0 and 1 are the meta pages.
 pub type PageId = u64;
