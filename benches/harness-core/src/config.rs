@@ -9,6 +9,9 @@ use crate::steps::{self, Step};
 pub const QUICK_DOCS: u64 = 50_000;
 /// Seconds per timed step of `--quick`.
 pub const QUICK_SECS: f64 = 2.0;
+/// The most `--rounds`: each round runs every engine/setup once more, so a run of 9 already
+/// takes 9 times as long.
+pub const MAX_ROUNDS: usize = 9;
 
 /// The sizes of redb's write shapes (the `rb.*` steps): keys in each step and their length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -207,6 +210,9 @@ pub struct Config {
     pub keep: bool,
     /// Skip the limit measurements.
     pub no_limits: bool,
+    /// `--rounds`: how many times each engine/setup runs, alternating direction
+    /// ([`crate::rounds`]); 1 unless given. A child always runs once.
+    pub rounds: usize,
     /// Insert benchmark: rows of `ib.l.i0` (and the table's size after).
     pub ib_rows: u64,
     /// Insert benchmark: rows each `ib.l.i1` inserts (and deletes).
@@ -297,9 +303,15 @@ pub fn usage(program: &str) -> String {
                        (larch only; the limits' stay threads; rows pq.n/procs, rq.n/procs);
                        or both, threads then processes in the same child (two rows each)
   --keep               keep the database files
-  --no-limits          do not measure the limits (fdatasync/s, in-memory BTreeMap, direct reads)",
+  --no-limits          do not measure the limits (fdatasync/s, in-memory BTreeMap, direct reads)
+  --rounds N           run every engine/setup N times, 1..={max_rounds} (default 1), on the same seed:
+                       odd rounds in --engines order, even rounds reversed; each step reports
+                       its median round (the lower for even N), and a rounds table and
+                       rounds.csv show every round; the limits run once (a noisy machine's
+                       ratios, quoted from medians of one run)",
         steps::listed_names().join(","),
         max_ib = steps::MAX_IB_THREADS,
+        max_rounds = MAX_ROUNDS,
         rl = RbSizes::REDB.load,
         ql = RbSizes::QUICK.load,
         ri = RbSizes::REDB.ins1,
@@ -389,6 +401,7 @@ impl Config {
             io_counter: IoCounter::Device,
             keep: false,
             no_limits: false,
+            rounds: 1,
             ib_rows: 0,
             ib_inserts: 0,
             ib_row_size: 100,
@@ -417,6 +430,7 @@ impl Config {
                 "--quick" => c.quick = true,
                 "--keep" => c.keep = true,
                 "--no-limits" => c.no_limits = true,
+                "--rounds" => c.rounds = num(value(args, &mut i, a)?, a)?,
                 "--readers" => {
                     let v = value(args, &mut i, a)?;
                     c.readers = Readers::from_name(v).ok_or_else(|| {
@@ -608,6 +622,12 @@ impl Config {
         }
         if c.mem_limit == Some(0) {
             return Err("--mem-limit must be at least 1 MB".into());
+        }
+        if !(1..=MAX_ROUNDS).contains(&c.rounds) {
+            return Err(format!(
+                "--rounds must be between 1 and {MAX_ROUNDS}, not {}",
+                c.rounds
+            ));
         }
         Ok(c)
     }
@@ -920,6 +940,30 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad} was accepted");
         }
         assert_eq!(parse("--help"), Err(String::new()));
+    }
+
+    #[test]
+    fn rounds_default_to_one_and_stay_in_the_parent() {
+        assert_eq!(parse("--quick").unwrap().rounds, 1);
+        assert_eq!(parse("--rounds 3").unwrap().rounds, 3);
+        assert_eq!(parse("--rounds 9").unwrap().rounds, 9);
+        for bad in ["--rounds 0", "--rounds 10", "--rounds", "--rounds x"] {
+            assert!(parse(bad).is_err(), "{bad} was accepted");
+        }
+        let e = parse("--rounds 10").unwrap_err();
+        assert_eq!(e, "--rounds must be between 1 and 9, not 10");
+        // A child runs its steps once: the parent repeats the child, not the steps.
+        let c = parse("--rounds 5 --steps load").unwrap();
+        let args = c.child_args(
+            "larch",
+            "null/mmap",
+            7,
+            std::path::Path::new("/d"),
+            std::path::Path::new("/r"),
+            None,
+        );
+        assert!(!args.iter().any(|a| a == "--rounds"), "{args:?}");
+        assert_eq!(Config::parse(&args).unwrap().rounds, 1);
     }
 
     #[test]

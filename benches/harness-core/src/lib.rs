@@ -25,6 +25,7 @@ pub mod procs;
 pub mod rate;
 pub mod rb;
 pub mod report;
+pub mod rounds;
 pub mod run;
 pub mod scratch;
 pub mod steps;

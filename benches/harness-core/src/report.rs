@@ -286,7 +286,7 @@ impl Row {
     }
 
     /// The `details` object of results.json.
-    fn details(&self) -> Details<'_> {
+    pub(crate) fn details(&self) -> Details<'_> {
         Details {
             engine: &self.engine,
             setup: &self.setup,
@@ -310,7 +310,7 @@ impl Row {
 /// A `details` object of results.json: engine, setup, step, then the [`Row`] fields after
 /// `space_amp` ([`DETAIL_FIELDS`]), meaning what they mean there.
 #[derive(Serialize)]
-struct Details<'a> {
+pub(crate) struct Details<'a> {
     engine: &'a str,
     setup: &'a str,
     step: &'a str,
@@ -339,18 +339,32 @@ pub fn label(engine: &str, setup: &str) -> String {
 
 /// results.json: `{"machine", "config", "rows", "details"}`.
 pub fn results_json(machine: &impl Serialize, config: &impl Serialize, rows: &[Row]) -> String {
+    results_json_with(machine, config, rows, None::<&()>)
+}
+
+/// [`results_json`], and `"rounds"` after `details` when given (`--rounds` above 1: every
+/// round's rows, [`crate::rounds::rounds_json`]).
+pub fn results_json_with(
+    machine: &impl Serialize,
+    config: &impl Serialize,
+    rows: &[Row],
+    rounds: Option<&impl Serialize>,
+) -> String {
     #[derive(Serialize)]
-    struct Results<'a, M, C> {
+    struct Results<'a, M, C, R> {
         machine: &'a M,
         config: &'a C,
         rows: &'a [Row],
         details: Vec<Details<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rounds: Option<&'a R>,
     }
     crate::json::pretty(&Results {
         machine,
         config,
         rows,
         details: rows.iter().map(Row::details).collect(),
+        rounds,
     })
 }
 
@@ -364,26 +378,35 @@ fn csv_field(s: &str) -> String {
 
 /// results.csv: a header, then one line per row; empty cells for missing numbers.
 pub fn results_csv(rows: &[Row]) -> String {
-    let mut out = String::new();
-    let header: Vec<&str> = Row::default().fields().iter().map(|(k, _)| *k).collect();
-    out.push_str(&header.join(","));
+    let mut out = csv_header();
     out.push('\n');
     for r in rows {
-        let cells: Vec<String> = r
-            .fields()
-            .into_iter()
-            .map(|(_, v)| {
-                if v == "NaN" || v == "inf" {
-                    String::new()
-                } else {
-                    csv_field(&v)
-                }
-            })
-            .collect();
-        out.push_str(&cells.join(","));
+        out.push_str(&csv_line(r));
         out.push('\n');
     }
     out
+}
+
+/// The header line of results.csv (no newline): the names of [`Row::fields`].
+pub fn csv_header() -> String {
+    let header: Vec<&str> = Row::default().fields().iter().map(|(k, _)| *k).collect();
+    header.join(",")
+}
+
+/// One row's line of results.csv (no newline); empty cells for missing numbers.
+pub fn csv_line(r: &Row) -> String {
+    let cells: Vec<String> = r
+        .fields()
+        .into_iter()
+        .map(|(_, v)| {
+            if v == "NaN" || v == "inf" {
+                String::new()
+            } else {
+                csv_field(&v)
+            }
+        })
+        .collect();
+    cells.join(",")
 }
 
 /// The keys of the first row of a results.json, in order (none if the text is not JSON or

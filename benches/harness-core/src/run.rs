@@ -25,6 +25,7 @@ use crate::memlimit::{self, Limiter};
 use crate::rate::{RateLimiter, LIMITED_WRITES_PER_SEC};
 use crate::rb::RbState;
 use crate::report::{self, Row};
+use crate::rounds::{self, RoundRow};
 use crate::steps::{self, Family, Kind, Step, RANGE_LEN};
 use crate::{chart, machine, table};
 
@@ -781,6 +782,9 @@ struct RunConfig<'a> {
     /// redb's write shapes: the keys of each rb step and their sizes.
     rb: crate::config::RbSizes,
     readers: &'static str,
+    /// `--rounds`; left out when 1, so a run without rounds writes what it always wrote.
+    #[serde(skip_serializing_if = "is_one")]
+    rounds: usize,
     /// A string, as results.json always had it: a u64 seed above 2^53 loses digits in many
     /// JSON readers.
     seed: String,
@@ -796,6 +800,10 @@ struct RunConfig<'a> {
     elapsed_secs: f64,
 }
 
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
 /// Each engine/setup's own description, by label: setting -> value.
 type Described = Pairs<String, Pairs<String, String>>;
 
@@ -803,7 +811,8 @@ type Described = Pairs<String, Pairs<String, String>>;
 type Job<'f> = (&'f dyn EngineFactory, String);
 
 /// What runs, in order: the limits first, on a machine no engine has dirtied yet, then the
-/// engine/setups, then the fdatasync limit once more (other work on the machine drifts).
+/// engine/setups (`--rounds` times, [`rounds::order`]), then the fdatasync limit once more
+/// (other work on the machine drifts).
 struct Plan<'f> {
     limits: Vec<Job<'f>>,
     engines: Vec<Job<'f>>,
@@ -811,13 +820,18 @@ struct Plan<'f> {
 }
 
 impl<'f> Plan<'f> {
-    /// Every job in run order, each with whether it is a limit (shown last).
-    fn jobs(&self) -> impl Iterator<Item = (bool, &Job<'f>)> {
+    /// Every job in run order, each with its round (from 1), or `None` for a limit, which
+    /// runs once (and is shown last).
+    fn jobs(&self, rounds: usize) -> Vec<(Option<usize>, &Job<'f>)> {
+        let engines = rounds::order(self.engines.len(), rounds)
+            .into_iter()
+            .map(|(round, i)| (Some(round), &self.engines[i]));
         self.limits
             .iter()
-            .map(|p| (true, p))
-            .chain(self.engines.iter().map(|p| (false, p)))
-            .chain(self.after.iter().map(|p| (true, p)))
+            .map(|p| (None, p))
+            .chain(engines)
+            .chain(self.after.iter().map(|p| (None, p)))
+            .collect()
     }
 }
 
@@ -1025,6 +1039,12 @@ fn print_header(cfg: &Config, s: &mut RunSetup) {
         );
     }
     println!("mode: {}", s.mode);
+    if cfg.rounds > 1 {
+        println!(
+            "rounds: {} rounds of every engine/setup, odd rounds in --engines order, even rounds reversed, each on seed {}; the tables report each step's median round",
+            cfg.rounds, s.seed
+        );
+    }
     match cfg.readers {
         Readers::Threads => {}
         Readers::Processes => println!(
@@ -1048,55 +1068,79 @@ fn print_header(cfg: &Config, s: &mut RunSetup) {
     println!();
 }
 
-/// Every job of the plan, each in its child process: the engines' rows, then the limits'; and
-/// each job's own description (label -> setting -> value), for results.json.
+/// What the children of a run reported.
+struct Ran {
+    /// The rows reported: the engines' (each step's median round, [`rounds::median_rows`]),
+    /// then the limits'.
+    rows: Vec<Row>,
+    /// Every engine row of every round, in run order.
+    rounds: Vec<RoundRow>,
+    /// Each job's own description (label -> setting -> value), for results.json.
+    described: Described,
+}
+
+/// Every job of the plan, each in its child process.
 fn run_plan(
     cfg: &Config,
     plan: &Plan<'_>,
     s: &mut RunSetup,
     exe: &Path,
-) -> std::result::Result<(Vec<Row>, Described), String> {
+) -> std::result::Result<Ran, String> {
     let ecfg = engine_config(cfg);
-    let mut engine_rows: Vec<Row> = Vec::new();
+    let mut round_rows: Vec<RoundRow> = Vec::new();
     let mut limit_rows: Vec<Row> = Vec::new();
     let mut described = Pairs::default();
-    for (is_limit, (f, setup)) in plan.jobs() {
+    for (round, (f, setup)) in plan.jobs(cfg.rounds) {
         let label = report::label(f.name(), setup);
-        described
-            .0
-            .push((label.clone(), Pairs(f.describe(setup, &ecfg))));
+        if matches!(round, None | Some(1)) {
+            described
+                .0
+                .push((label.clone(), Pairs(f.describe(setup, &ecfg))));
+        }
+        // With rounds, each round's child has its own rows file (raw/NAME.r2.rows).
+        let (shown, raw_tag) = match round {
+            Some(r) if cfg.rounds > 1 => (format!(" (round {r}/{})", cfg.rounds), format!(".r{r}")),
+            _ => (String::new(), String::new()),
+        };
         for (sub, family) in child_configs(cfg, *f, setup) {
-            eprintln!("== {label}{}", family.title());
-            let got = run_child(&sub, *f, setup, family.suffix(), &label, s, exe)?;
-            if is_limit {
-                limit_rows.extend(got);
-            } else {
-                engine_rows.extend(got);
+            eprintln!("== {label}{}{shown}", family.title());
+            let raw_name = format!("{}{}{raw_tag}", dir_name(f.name(), setup), family.suffix());
+            let got = run_child(&sub, *f, setup, family.suffix(), &raw_name, &label, s, exe)?;
+            match round {
+                None => limit_rows.extend(got),
+                Some(round) => {
+                    round_rows.extend(got.into_iter().map(|row| RoundRow { round, row }))
+                }
             }
         }
     }
     if s.own_db_root && !cfg.keep {
         let _ = fs::remove_dir_all(&s.db_root);
     }
-    let mut rows = engine_rows;
+    let mut rows = rounds::median_rows(&round_rows);
     rows.extend(limit_rows);
-    Ok((rows, described))
+    Ok(Ran {
+        rows,
+        rounds: round_rows,
+        described,
+    })
 }
 
-/// One engine/setup in its own child process (in its memory-limit group, beside its ballast):
-/// its rows, with a failure row for every step it did not report.
+/// One engine/setup in its own child process (in its memory-limit group, beside its ballast),
+/// writing its rows to raw/`raw_name`.rows: its rows, with a failure row for every step it did
+/// not report.
+#[allow(clippy::too_many_arguments)]
 fn run_child(
     cfg: &Config,
     f: &dyn EngineFactory,
     setup: &str,
     suffix: &str,
+    raw_name: &str,
     label: &str,
     s: &mut RunSetup,
     exe: &Path,
 ) -> std::result::Result<Vec<Row>, String> {
-    let results = s
-        .raw
-        .join(format!("{}{suffix}.rows", dir_name(f.name(), setup)));
+    let results = s.raw.join(format!("{raw_name}.rows"));
     let _ = fs::remove_file(&results);
     let group = match (&mut s.limiter, cfg.mem_limit) {
         (Some(l), Some(bytes)) => l.child_group(bytes)?,
@@ -1186,9 +1230,16 @@ fn child_rows(
     got
 }
 
-/// The ops, latency and per-step amplification tables, and their legend.
-fn print_tables(cfg: &Config, s: &RunSetup, rows: &[Row], order: &[&str]) {
+/// The ops table, with `--rounds` the rounds table, then the latency and per-step
+/// amplification tables, and their legend.
+fn print_tables(cfg: &Config, s: &RunSetup, ran: &Ran, order: &[&str]) {
+    let rows = &ran.rows;
     println!("{}", table::ops_table(rows, order));
+    if cfg.rounds > 1 {
+        println!("{}", rounds::rounds_table(&ran.rounds, order));
+        println!("{}", rounds::legend(cfg.rounds));
+        println!();
+    }
     println!("{}", table::latency_table(rows, order));
     for step in table::step_names(rows, order) {
         println!("{}", table::amp_table(rows, &step));
@@ -1235,37 +1286,14 @@ fn run_config<'a>(
         ib_durability: cfg.ib_durability.name(),
         rb: cfg.rb,
         readers: cfg.readers.name(),
+        rounds: cfg.rounds,
         seed: s.seed.to_string(),
         dir: s.db_root.display().to_string(),
         out: s.out.display().to_string(),
         mem_limit_bytes: cfg.mem_limit,
         mode: &s.mode,
         wkb_source: &s.wkb_source,
-        method: Pairs(vec![
-            ("process", "each engine/setup and each limit runs in its own child process (a re-execution of this binary); counters are that process's own".into()),
-            ("keys", format!("key of document i (1..=docs) = big-endian splitmix64(i) then more hash bytes, {} bytes: distinct, not in insertion order", cfg.key_size)),
-            ("values", "random bytes (incompressible), a window of a 1 MiB pool".into()),
-            ("seeds", "each thread of each step has its own seed derived from the run seed, the same for every engine".into()),
-            ("load", "documents 1..=docs in key-hash order, batches of load_batch per commit, async, then one sync counted in the time; latency is per commit".into()),
-            ("ows", "random existing keys overwritten, one key per commit, sync".into()),
-            ("owa", "random existing keys overwritten, one key per commit, async; a sync after the step (untimed) before the counters close".into()),
-            ("pqw/rqw", "readers plus one writer thread limited to 1000 async single-key commits/s; ops counts reads; a sync after the step (untimed)".into()),
-            ("pq/rq", "point reads of one random existing key / range reads of 20 entries from one, each its own read transaction".into()),
-            ("readers", "config.readers (--readers): with processes, pq.n and rq.n of each engine that has them run their n readers as n processes (re-executions of this binary opening the database read-only while the engine's process keeps it open) instead of n threads; with both, each of those steps runs with threads and then with processes in the same child; such a row's details say how many processes (reader_processes) and the tables label it pq.n/procs, rq.n/procs; cpu/o, cs/o and mf/o include the reader processes (reaped children), rss does not".into()),
-            ("ib", format!("insert benchmark, in a child process of its own per engine/setup: a table of ib_rows rows (8-byte big-endian auto-increment id -> {} B row: 3 indexed 8-byte fields, each a hash of the id below {:?}, then random padding) and 3 secondary indexes (key = field value + id, value empty); commits {}", cfg.ib_row_size, crate::ib::CARDINALITY, cfg.ib_durability.name())),
-            ("ib.l.i0", "ib_rows rows in id order, ib_batch per commit, no index, then one sync counted in the time; ops = rows/s".into()),
-            ("ib.l.x", format!("the engine builds the 3 indexes from the rows (SQLite CREATE INDEX; key-value engines read the rows and insert the entries, {} rows per commit), then one sync counted; ops = rows/s", crate::ib::BUILD_CHUNK)),
-            ("ib.l.i1", "ib_inserts more rows, ib_batch per commit, each commit inserting the rows with their 3 index entries and deleting as many of the oldest rows with theirs (the table stays at ib_rows); .tN: N writer threads taking ids from one counter; ops = rows/s; tenths = rows/s of each tenth of the rows".into()),
-            ("ib.qr100/ib.qp100", format!("one query thread: {} entries of a random index from a random field value then a point read of each row they name, in one read transaction / one row by a random live id; beside one writer inserting {} rows/s (one per commit, indexed, the oldest deleted); ops = queries/s", crate::ib::QUERY_LEN, crate::ib::QUERY_WRITER_ROWS_PER_SEC)),
-            ("rb", format!("redb's write shapes (the write phases of redb's comparison benchmark), in a child process of its own per engine/setup on an empty database: new random keys of rb.key_size ({} B) bytes (key-hash counters going on from step to step: distinct, none already in the table), values of rb.value_size ({} B) random bytes; keys and values made before the clock starts; ops = keys/s; latency per commit; space-amp divides by the keys inserted so far x (key + value)", cfg.rb.key_size, cfg.rb.value_size)),
-            ("rb.load", "rb.load new random keys in one transaction, committed durably (sync): the commit is the step".into()),
-            ("rb.ins1", "rb.ins1 new random keys, one sync commit each: keys/s = commits/s".into()),
-            ("rb.insb", "rb.batches sync commits of rb.batch new random keys each: ops = keys/s".into()),
-            ("rb.insa", "rb.insa new random keys, one async commit each: keys/s = commits/s; a sync after the step (untimed) before the counters close".into()),
-            ("rb.sorted", "rb.sorted keys (rb.key_size bytes of 0xFF then a big-endian u64 counter from 0: ascending, past every key in the table) in one sync transaction through Writer::write_sorted: larch WriteTree::append, LMDB MDB_APPEND, redb's appending cursor (upper_bound_mut + insert_before), ordinary inserts for the others, as redb's benchmark".into()),
-            ("latency", "hdrhistogram of each operation's time (one clock read per operation)".into()),
-            ("rss", "VmHWM after resetting it (clear_refs 5) at the step's start: includes mapped file pages".into()),
-        ]),
+        method: method(cfg),
         source_revision: s.revision.clone(),
         loadavg_at_end: machine::loadavg(),
         engines: described,
@@ -1273,23 +1301,66 @@ fn run_config<'a>(
     }
 }
 
+/// The `method` pairs of results.json: how each thing is measured.
+fn method(cfg: &Config) -> Pairs<&'static str, String> {
+    let mut m = Pairs(vec![
+        ("process", "each engine/setup and each limit runs in its own child process (a re-execution of this binary); counters are that process's own".into()),
+        ("keys", format!("key of document i (1..=docs) = big-endian splitmix64(i) then more hash bytes, {} bytes: distinct, not in insertion order", cfg.key_size)),
+        ("values", "random bytes (incompressible), a window of a 1 MiB pool".into()),
+        ("seeds", "each thread of each step has its own seed derived from the run seed, the same for every engine".into()),
+        ("load", "documents 1..=docs in key-hash order, batches of load_batch per commit, async, then one sync counted in the time; latency is per commit".into()),
+        ("ows", "random existing keys overwritten, one key per commit, sync".into()),
+        ("owa", "random existing keys overwritten, one key per commit, async; a sync after the step (untimed) before the counters close".into()),
+        ("pqw/rqw", "readers plus one writer thread limited to 1000 async single-key commits/s; ops counts reads; a sync after the step (untimed)".into()),
+        ("pq/rq", "point reads of one random existing key / range reads of 20 entries from one, each its own read transaction".into()),
+        ("readers", "config.readers (--readers): with processes, pq.n and rq.n of each engine that has them run their n readers as n processes (re-executions of this binary opening the database read-only while the engine's process keeps it open) instead of n threads; with both, each of those steps runs with threads and then with processes in the same child; such a row's details say how many processes (reader_processes) and the tables label it pq.n/procs, rq.n/procs; cpu/o, cs/o and mf/o include the reader processes (reaped children), rss does not".into()),
+        ("ib", format!("insert benchmark, in a child process of its own per engine/setup: a table of ib_rows rows (8-byte big-endian auto-increment id -> {} B row: 3 indexed 8-byte fields, each a hash of the id below {:?}, then random padding) and 3 secondary indexes (key = field value + id, value empty); commits {}", cfg.ib_row_size, crate::ib::CARDINALITY, cfg.ib_durability.name())),
+        ("ib.l.i0", "ib_rows rows in id order, ib_batch per commit, no index, then one sync counted in the time; ops = rows/s".into()),
+        ("ib.l.x", format!("the engine builds the 3 indexes from the rows (SQLite CREATE INDEX; key-value engines read the rows and insert the entries, {} rows per commit), then one sync counted; ops = rows/s", crate::ib::BUILD_CHUNK)),
+        ("ib.l.i1", "ib_inserts more rows, ib_batch per commit, each commit inserting the rows with their 3 index entries and deleting as many of the oldest rows with theirs (the table stays at ib_rows); .tN: N writer threads taking ids from one counter; ops = rows/s; tenths = rows/s of each tenth of the rows".into()),
+        ("ib.qr100/ib.qp100", format!("one query thread: {} entries of a random index from a random field value then a point read of each row they name, in one read transaction / one row by a random live id; beside one writer inserting {} rows/s (one per commit, indexed, the oldest deleted); ops = queries/s", crate::ib::QUERY_LEN, crate::ib::QUERY_WRITER_ROWS_PER_SEC)),
+        ("rb", format!("redb's write shapes (the write phases of redb's comparison benchmark), in a child process of its own per engine/setup on an empty database: new random keys of rb.key_size ({} B) bytes (key-hash counters going on from step to step: distinct, none already in the table), values of rb.value_size ({} B) random bytes; keys and values made before the clock starts; ops = keys/s; latency per commit; space-amp divides by the keys inserted so far x (key + value)", cfg.rb.key_size, cfg.rb.value_size)),
+        ("rb.load", "rb.load new random keys in one transaction, committed durably (sync): the commit is the step".into()),
+        ("rb.ins1", "rb.ins1 new random keys, one sync commit each: keys/s = commits/s".into()),
+        ("rb.insb", "rb.batches sync commits of rb.batch new random keys each: ops = keys/s".into()),
+        ("rb.insa", "rb.insa new random keys, one async commit each: keys/s = commits/s; a sync after the step (untimed) before the counters close".into()),
+        ("rb.sorted", "rb.sorted keys (rb.key_size bytes of 0xFF then a big-endian u64 counter from 0: ascending, past every key in the table) in one sync transaction through Writer::write_sorted: larch WriteTree::append, LMDB MDB_APPEND, redb's appending cursor (upper_bound_mut + insert_before), ordinary inserts for the others, as redb's benchmark".into()),
+        ("latency", "hdrhistogram of each operation's time (one clock read per operation)".into()),
+        ("rss", "VmHWM after resetting it (clear_refs 5) at the step's start: includes mapped file pages".into()),
+    ]);
+    if cfg.rounds > 1 {
+        m.0.push(("rounds", rounds::method()));
+    }
+    m
+}
+
 /// results.json, results.csv and chart.svg in the results directory, then where they are.
 fn write_results(
     cfg: &Config,
     s: &RunSetup,
     config: &RunConfig<'_>,
-    rows: &[Row],
+    ran: &Ran,
     order: &[&str],
     started: Instant,
 ) -> std::result::Result<(), String> {
+    let rows = &ran.rows;
     let json_path = s.out.join("results.json");
     let csv_path = s.out.join("results.csv");
+    let rounds_path = s.out.join("rounds.csv");
     let svg_path = s.out.join("chart.svg");
     let ib_path = s.out.join("ib-tenths.svg");
-    fs::write(&json_path, report::results_json(&s.machine, config, rows))
-        .map_err(|e| format!("{}: {e}", json_path.display()))?;
+    let every_round = (cfg.rounds > 1).then(|| rounds::rounds_json(&ran.rounds));
+    fs::write(
+        &json_path,
+        report::results_json_with(&s.machine, config, rows, every_round.as_ref()),
+    )
+    .map_err(|e| format!("{}: {e}", json_path.display()))?;
     fs::write(&csv_path, report::results_csv(rows))
         .map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    if cfg.rounds > 1 {
+        fs::write(&rounds_path, rounds::rounds_csv(&ran.rounds))
+            .map_err(|e| format!("{}: {e}", rounds_path.display()))?;
+    }
     let cached = if cfg.mem_limit.is_some() {
         format!("not cached ({} MiB)", cfg.mem_limit.unwrap_or(0) >> 20)
     } else {
@@ -1324,6 +1395,9 @@ fn write_results(
     println!("results: {}", s.out.display());
     println!("  {}", json_path.display());
     println!("  {}", csv_path.display());
+    if cfg.rounds > 1 {
+        println!("  {}", rounds_path.display());
+    }
     println!("  {}", svg_path.display());
     if ib_chart {
         println!("  {}", ib_path.display());
@@ -1349,12 +1423,13 @@ fn parent(
 
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let started = Instant::now();
-    let (rows, described) = run_plan(cfg, &plan, &mut s, &exe)?;
+    let mut ran = run_plan(cfg, &plan, &mut s, &exe)?;
 
     let order: Vec<&str> = steps::ALL.iter().map(|s| s.name()).collect();
-    print_tables(cfg, &s, &rows, &order);
+    print_tables(cfg, &s, &ran, &order);
+    let described = std::mem::take(&mut ran.described);
     let config = run_config(cfg, &s, described, started);
-    write_results(cfg, &s, &config, &rows, &order, started)
+    write_results(cfg, &s, &config, &ran, &order, started)
 }
 
 #[cfg(test)]
@@ -1435,6 +1510,74 @@ mod tests {
         // The limits run none of redb's shapes.
         let only_rb = Config::parse(&["--steps".into(), "rb.ins1".into()]).unwrap();
         assert!(steps_for(&only_rb, &Limits, limits::FDATASYNC).is_empty());
+    }
+
+    #[test]
+    fn rounds_alternate_between_the_limits() {
+        let cfg = Config::parse(
+            &"--rounds 3 --steps ows.1 --larch-setups null/pwrite,first-fit/mmap,best-fit/pwrite"
+                .split(' ')
+                .map(String::from)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let plan = plan_runs(&cfg, &[&crate::larch::LarchFactory]).unwrap();
+        let got: Vec<(Option<usize>, String)> = plan
+            .jobs(cfg.rounds)
+            .into_iter()
+            .map(|(round, (f, setup))| (round, report::label(f.name(), setup)))
+            .collect();
+        let (a, b, c) = (
+            "larch null/pwrite",
+            "larch first-fit/mmap",
+            "larch best-fit/pwrite",
+        );
+        let want: Vec<(Option<usize>, String)> = [
+            (None, "limit fdatasync-4k"),
+            (Some(1), a),
+            (Some(1), b),
+            (Some(1), c),
+            (Some(2), c),
+            (Some(2), b),
+            (Some(2), a),
+            (Some(3), a),
+            (Some(3), b),
+            (Some(3), c),
+            (None, "limit fdatasync-4k-after"),
+        ]
+        .into_iter()
+        .map(|(r, l)| (r, l.to_string()))
+        .collect();
+        assert_eq!(got, want);
+        // One round: the plan as it always ran.
+        let once: Vec<Option<usize>> = plan.jobs(1).into_iter().map(|(r, _)| r).collect();
+        assert_eq!(once, vec![None, Some(1), Some(1), Some(1), None]);
+    }
+
+    #[test]
+    fn results_json_config_says_rounds_only_when_there_are_some() {
+        let config_json = |extra: &str| {
+            let out = tempfile::tempdir().unwrap();
+            let args: Vec<String> = format!("--steps load --out {} {extra}", out.path().display())
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            let cfg = Config::parse(&args).unwrap();
+            let s = set_up(&cfg, &args, "workload").unwrap();
+            let c = run_config(&cfg, &s, Pairs::default(), Instant::now());
+            serde_json::to_value(&c).unwrap()
+        };
+        for one in [config_json(""), config_json("--rounds 1")] {
+            assert!(one.get("rounds").is_none(), "{one}");
+            assert!(one["method"].get("rounds").is_none(), "{one}");
+        }
+        let three = config_json("--rounds 3");
+        assert_eq!(three["rounds"], 3);
+        let method = three["method"]["rounds"].as_str().unwrap();
+        assert!(
+            method.contains("even rounds reversed") && method.contains("lower median"),
+            "{method}"
+        );
     }
 
     #[test]
