@@ -545,6 +545,10 @@ impl Db {
 
     /// Begin the write transaction, waiting for the current one to end. (Do not call this, or
     /// [`Db::sync`], on a thread that already holds a write transaction: it would wait forever.)
+    /// Waiters are not served in order: the thread that ends a transaction may begin the next
+    /// one before a waiting thread wakes, as with LMDB's and redb's writer locks, which keeps
+    /// a thread that commits in a loop from paying a context switch per commit; a thread that
+    /// has waited 20 ms gets the next turn (docs/performance.md, "owa.n's p99").
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
