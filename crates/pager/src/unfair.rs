@@ -125,9 +125,14 @@ unsafe impl parking_lot::lock_api::RawMutex for UnfairRawMutex {
     }
 
     fn try_lock(&self) -> bool {
-        self.state
-            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        // Like `lock`, leave the lock to a waiter past the bound: a thread polling `try_lock`
+        // would otherwise take it back each time it is let go, before the woken waiter runs,
+        // for as long as it polls.
+        self.starving.load(Ordering::Relaxed) == 0
+            && self
+                .state
+                .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
     }
 
     unsafe fn unlock(&self) {

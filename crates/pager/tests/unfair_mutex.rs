@@ -364,3 +364,73 @@ fn a_panic_while_holding_lets_the_sleeping_waiters_have_it() {
     }
     assert_eq!(*m.lock(), 4);
 }
+
+/// Keeps this thread on the `n`th CPU it may run on, if it may run on that many. Two threads
+/// on one CPU do not race: the wake of one preempts the other.
+fn pin_to_cpu(n: usize) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: both sets are plain bit arrays, zeroed and then filled in by the calls, which
+    // read or write `size` bytes of them; pid 0 is the calling thread.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return;
+        }
+        let cpus = libc::CPU_SETSIZE as usize;
+        if let Some(cpu) = (0..cpus).filter(|&c| libc::CPU_ISSET(c, &allowed)).nth(n) {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            libc::sched_setaffinity(0, size, &one);
+        }
+    }
+}
+
+/// A thread that polls `try_lock` and holds for a while each time it succeeds does not keep
+/// the lock from a waiter past the bound: `try_lock` leaves it to that waiter as `lock` does.
+/// Otherwise the poller takes it back each time it is let go, before the woken waiter runs,
+/// for as long as it polls (`Db::try_begin_write` in a loop beside a blocking writer). The two
+/// run on different CPUs where there are two, as that needs.
+#[test]
+fn a_waiter_gets_the_lock_from_a_thread_that_polls_try_lock() {
+    let m = Arc::new(UnfairMutex::new(0u64));
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (m, stop) = (m.clone(), stop.clone());
+        std::thread::spawn(move || {
+            pin_to_cpu(0);
+            // At most 3 s, so that a waiter the poller starves fails the test, not hangs it.
+            let began = Instant::now();
+            while !stop.load(Ordering::Relaxed) && began.elapsed() < Duration::from_secs(3) {
+                if let Some(mut g) = m.try_lock() {
+                    Hold::Spin(Duration::from_millis(1)).wait();
+                    *g += 1;
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let waiter = {
+        let m = m.clone();
+        std::thread::spawn(move || {
+            pin_to_cpu(1);
+            let mut slowest = Duration::ZERO;
+            // Enough turns that one finds the poller holding (which the poller's own timing
+            // does not always let happen at once).
+            for _ in 0..20 {
+                let t = Instant::now();
+                let g = m.lock();
+                slowest = slowest.max(t.elapsed());
+                drop(g);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            slowest
+        })
+    };
+    let slowest = waiter.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    poller.join().unwrap();
+    assert!(
+        slowest < Duration::from_secs(1),
+        "the waiter waited {slowest:?}"
+    );
+}
