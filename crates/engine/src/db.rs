@@ -564,7 +564,9 @@ impl Db {
     }
 
     /// Begin the write transaction if no other is in progress, in this process or another
-    /// that has the file open; else fail at once with [`crate::Error::WriterBusy`].
+    /// that has the file open; else fail at once with [`crate::Error::WriterBusy`]. It also
+    /// fails while a thread of this process has waited in [`Db::begin_write`] for 20 ms or
+    /// more: that thread's turn comes first.
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
