@@ -481,16 +481,28 @@ fn random_cuts_of_background_compaction_racing_commits_keep_every_durable_commit
     let mut total = 0;
     let mut switches = 0;
     for seed in 1..=3u64 {
-        let trace = run(Mode::BackgroundBusy, 80, seed * 0x2545_f491);
-        if seed == 2 {
+        let mut tries = 0;
+        let trace = loop {
+            let trace = run(Mode::BackgroundBusy, 80, seed * 0x2545_f491);
+            if seed != 2 {
+                break trace;
+            }
             // This seed's cap (run_via) must make the first file's commits both save the free
             // map and leave it behind, or the run would not test the two meeting compaction.
+            // Where the switch falls differs from run to run, and one that comes early leaves
+            // few metas in the first file (0-1 saved and 6-8 behind in 3 of 23 runs, against
+            // 3 and 11 in the others): such a run is made again, at most five times.
             let [saved, behind] = metas_written(&trace, 0);
+            tries += 1;
+            if saved >= 2 && behind >= 2 {
+                break trace;
+            }
             assert!(
-                saved >= 2 && behind >= 2,
-                "seed {seed}: {saved} metas saved the free map, {behind} left it behind"
+                tries < 5,
+                "seed {seed}: none of {tries} runs had metas that both saved the free map and left \
+                 it behind in the first file (the last: {saved} saved it, {behind} left it behind)"
             );
-        }
+        };
         let (cuts, switched) = random_cuts(&trace, seed, &format!("background, busy {seed}"));
         total += cuts;
         switches += switched;
