@@ -20,6 +20,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod error;
+mod flusher;
 mod kill;
 mod lock;
 pub mod lockfile;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::{PagerError, Result};
+use crate::flusher::Flusher;
 use crate::lock::try_lock;
 use crate::map::{Advice, Map};
 use crate::meta::{ManifestRun, Meta, MetaSlot, FORMAT_VERSION, META_SIZE};
@@ -106,8 +107,10 @@ pub struct Pager {
     poisoned: Arc<AtomicBool>,
     file_len: AtomicU64,
     counters: IoCounters,
-    /// The background flush in flight, if any ([`Pager::start_background_flush`]).
-    flush: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The thread that runs background flushes, once one has started
+    /// ([`Pager::start_background_flush`]). Locked by a sync throughout, so that none
+    /// starts while it runs.
+    flush: Mutex<Option<Flusher>>,
     /// Syncs started, foreground and background: each takes the next number
     /// ([`Pager::next_sync`]).
     syncs_started: AtomicU64,
@@ -143,6 +146,8 @@ pub struct IoCounters {
     pub background_flushes: AtomicU64,
     /// Metas written durable by themselves ([`Pager::write_meta_durable`]).
     pub durable_meta_writes: AtomicU64,
+    /// Waits for a background flush to end ([`Pager::wait_background_flush`]).
+    pub flush_waits: AtomicU64,
 }
 
 impl Pager {
@@ -591,38 +596,53 @@ impl Pager {
         let Some(mut slot) = self.flush.try_lock() else {
             return false;
         };
-        if slot.as_ref().is_some_and(|h| !h.is_finished()) {
+        if slot.as_ref().is_some_and(Flusher::busy) {
             return false;
         }
-        if let Some(done) = slot.take() {
-            let _ = done.join();
+        // A flush that failed since the check above poisoned the handle before it went idle.
+        if self.is_poisoned() {
+            return false;
         }
         let Some(job) = self.storage.background_sync() else {
             return false;
         };
-        let poisoned = self.poisoned.clone();
-        let through = self.synced_through.clone();
+        let flusher = match slot.as_mut() {
+            Some(f) => f,
+            None => match Flusher::spawn(self.poisoned.clone(), self.synced_through.clone()) {
+                Ok(f) => slot.insert(f),
+                Err(_) => return false,
+            },
+        };
         // Numbered before it starts: it writes back at least what was written before this.
+        // (A number the thread never takes, when it has ended, only makes later syncs' larger.)
         let seq = self.syncs_started.fetch_add(1, Ordering::SeqCst) + 1;
-        let spawned = std::thread::Builder::new()
-            .name("larch-flush".into())
-            .spawn(move || {
-                if job().is_err() {
-                    poisoned.store(true, Ordering::Release);
-                } else {
-                    through.fetch_max(seq, Ordering::SeqCst);
-                }
-            });
-        match spawned {
-            Ok(h) => {
-                self.counters
-                    .background_flushes
-                    .fetch_add(1, Ordering::Relaxed);
-                *slot = Some(h);
-                true
-            }
-            Err(_) => false,
+        if !flusher.start(job, seq) {
+            return false;
         }
+        self.counters
+            .background_flushes
+            .fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Wait until no background flush runs ([`Pager::start_background_flush`]); what it
+    /// found is recorded by then ([`Pager::synced_since`], or the handle is poisoned).
+    pub fn wait_background_flush(&self) {
+        if self.is_poisoned() {
+            return;
+        }
+        self.counters.flush_waits.fetch_add(1, Ordering::Relaxed);
+        // Test storage makes the sync it runs due at once: nothing else comes to end it.
+        self.storage.flush_awaited();
+        if let Some(f) = self.flush.lock().as_ref() {
+            f.wait_idle();
+        }
+    }
+
+    /// A sync numbered `n` or later succeeded and the handle is not poisoned, whether or not
+    /// the file's name is durable yet ([`Pager::synced_since`] asks that too).
+    pub fn synced_data_since(&self, n: u64) -> bool {
+        !self.is_poisoned() && self.synced_through.load(Ordering::SeqCst) >= n
     }
 
     /// Make every write so far durable. A failure poisons the handle: the kernel may have
@@ -633,11 +653,11 @@ impl Pager {
         // No background flush starts while this sync runs; one that ran meanwhile shares the
         // open file description, so a write error may have been reported to it instead of to
         // this sync: wait for it and look at what it found.
-        let mut flush = self.flush.lock();
+        let flush = self.flush.lock();
         let seq = self.syncs_started.fetch_add(1, Ordering::SeqCst) + 1;
         let r = self.storage.sync();
-        if let Some(h) = flush.take() {
-            let _ = h.join();
+        if let Some(f) = flush.as_ref() {
+            f.wait_idle();
         }
         drop(flush);
         if let Err(e) = r {
@@ -710,15 +730,10 @@ impl Pager {
 
 impl Drop for Pager {
     fn drop(&mut self) {
-        // The flush thread holds a duplicate of the descriptor: wait for it, so the file
-        // (and its flock) is closed when the pager is.
-        if let Some(h) = self.flush.get_mut().take() {
-            // Dropped on the flush thread itself (its `after` held the last handle): it
-            // ends with this drop.
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
+        // The flush thread may hold a duplicate of the descriptor while it syncs: end it
+        // (after that sync) before the storage closes, so the file and its flock are closed
+        // when the pager is.
+        drop(self.flush.get_mut().take());
     }
 }
 
