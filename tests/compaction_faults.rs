@@ -253,3 +253,97 @@ fn every_failing_operation_keeps_every_acknowledged_commit(cap: Option<usize>) {
         }
     }
 }
+
+/// Compaction's file-system operations, with the first directory fsync after a rename (the
+/// switch's) failing once: the new file's name is not durable until a later fsync of the
+/// directory succeeds.
+#[derive(Debug, Default)]
+struct SwitchSyncDirFailsOnce {
+    renamed: AtomicBool,
+    failed: AtomicBool,
+    sync_dirs_after_failure: AtomicUsize,
+}
+
+impl larch::CompactionFs for SwitchSyncDirFailsOnce {
+    fn hard_link(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::hard_link(from, to)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)?;
+        self.renamed.store(true, SeqCst);
+        Ok(())
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        if self.failed.load(SeqCst) {
+            self.sync_dirs_after_failure.fetch_add(1, SeqCst);
+        } else if self.renamed.load(SeqCst) {
+            self.failed.store(true, SeqCst);
+            return Err(std::io::Error::other("sync_dir refused by the test"));
+        }
+        std::fs::File::open(dir)?.sync_all()
+    }
+}
+
+/// After a switch whose directory fsync failed, only a sync that fsyncs the directory too
+/// makes anything durable under the file's name. Async commits past `max_unsynced_bytes`
+/// still make durable points: the first point whose background sync is done fsyncs the
+/// directory before it writes its meta, so the bound keeps working (the commits waiting at
+/// the bound for a point's sync once found it done and never finished it, and the replaced
+/// pages piled up without limit), and every commit is in the file at the next open.
+#[test]
+fn durable_points_after_a_switch_whose_directory_fsync_failed_fsync_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.larch");
+    let fs = Arc::new(SwitchSyncDirFailsOnce::default());
+    let bound = 64 << 10;
+    let opts = Options::default()
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(std::time::Duration::from_secs(3600))
+        .max_unsynced_bytes(Some(bound));
+    drop(Db::open(&path, Options::default()).unwrap());
+    let db = Db::open_with_storage_and_fs(&path, file_storage(&path), opts, fs.clone()).unwrap();
+    // Mostly free after the second commit: its sync calls for a compaction.
+    // One commit, then a `Db::sync` that calls for a compaction, which switches (its
+    // directory fsync failing) before `run` returns; nothing syncs after it.
+    let (mut model, failed) = run(&db, 1, false);
+    assert_eq!(failed, None);
+    assert!(
+        db.compactions() == 1
+            && fs.failed.load(SeqCst)
+            && fs.sync_dirs_after_failure.load(SeqCst) == 0,
+        "the switch did not leave the name to fsync: {} compactions, {fs:?}",
+        db.compactions()
+    );
+    let before = db.io_stats();
+    let rounds = 40u32;
+    for r in 0..rounds {
+        let mut tx = db.begin_write().unwrap();
+        tx.set_durability(Durability::Async);
+        {
+            let mut t = tx.open_tree("t").unwrap();
+            for i in 0..20u32 {
+                let key = (r * 20 + i) * 10 % 6_000;
+                t.insert(&key.to_be_bytes(), &[r as u8 + 3; 200]).unwrap();
+                model.insert(key, r as u8 + 3);
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let io = db.io_stats().since(&before);
+    // 800 overwrites of 200 bytes replace far more than the bound's pages: durable points
+    // were made, finished in the background or in the foreground, and the directory was
+    // fsynced for them.
+    assert!(
+        io.durable_meta_writes + io.syncs >= 1 && fs.sync_dirs_after_failure.load(SeqCst) >= 1,
+        "{io:?}, {} directory fsyncs since the failure",
+        fs.sync_dirs_after_failure.load(SeqCst)
+    );
+    drop(db);
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    assert_eq!(contents(&db), model);
+}

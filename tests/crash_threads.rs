@@ -653,18 +653,19 @@ struct Background {
 /// have odd parity, so that each eight seeds give each combination of the committing thread
 /// and the low free-map cap with and without (the default four seeds: 1 and 2). Each sync is
 /// done 1 to 16 calls after it starts (every lag over sixteen seeds), under a
-/// `max_unsynced_bytes` of 24 KiB plus 6 KiB a call of lag. What counts against the bound is
-/// the durable tree's pages replaced since (this small tree has few: a quarter of 24 KiB is
-/// the first Async commit's) and, once a point is in flight, the pages it pins that later
-/// commits replace (two or three a commit, at one or two calls a commit): a point whose sync
-/// ends 16 calls later needs about 100 KiB of room, or the bound makes a commit durable before
-/// every point finishes.
+/// `max_unsynced_bytes` of 8 KiB plus 2 KiB a call of lag. What counts against the bound is
+/// the durable tree's pages replaced since (this small tree has few: half of 8 KiB is the
+/// first Async commit's, and a point starts at each half of the bound) and, once a point is
+/// in flight, the pages it pins that later commits replace (two or three a commit, at one or
+/// two calls a commit): a point whose sync ends 16 calls later needs about 100 KiB of room.
+/// With less, a commit at the bound waits for the point's sync and writes its meta, unless
+/// the sync has not started (then the commit is made durable itself).
 fn background_of(seed: u64, all: bool) -> Option<Background> {
     (all || (seed ^ seed >> 1 ^ seed >> 2) & 1 == 1).then(|| {
         let lag = 1 + ((seed * 13 + 3) % 16) as usize;
         Background {
             lag,
-            max_unsynced: (24 + 6 * lag as u64) << 10,
+            max_unsynced: (8 + 2 * lag as u64) << 10,
         }
     })
 }
@@ -746,8 +747,9 @@ fn run(
             }
             match rng.below(20) {
                 // With syncs on another thread, half of these are runs of Async commits: one
-                // reaches a quarter of the bound and starts a durable point, a later one
-                // finishes it, unless a `Db::sync`, a Sync commit or a switch comes first.
+                // reaches half the bound and starts a durable point, a later one finishes it
+                // (waiting for its sync at the bound), unless a `Db::sync`, a Sync commit or a
+                // switch comes first.
                 // Half of those with the other threads held off, after a `Db::sync` (a NoMetaSync
                 // meta not yet synced would keep every point from starting): only a background
                 // compaction races them, and the points the bound starts can finish.

@@ -48,6 +48,11 @@ pub struct IoStats {
     /// Metas written durable by themselves (`RWF_DSYNC`): durable points that
     /// [`Options::max_unsynced_bytes`] started, finished in the background.
     pub durable_meta_writes: u64,
+    /// Async commits at the [`Options::max_unsynced_bytes`] bound that waited for the
+    /// fdatasync of a durable point in the background and then wrote the point's meta
+    /// (unless a sync had overtaken the point meanwhile), instead of making themselves
+    /// durable.
+    pub point_waits: u64,
     /// Txid of the newest commit (commits made, counting those of earlier handles).
     pub commits: u64,
 }
@@ -62,6 +67,7 @@ impl IoStats {
             syncs: self.syncs - before.syncs,
             background_flushes: self.background_flushes - before.background_flushes,
             durable_meta_writes: self.durable_meta_writes - before.durable_meta_writes,
+            point_waits: self.point_waits - before.point_waits,
             commits: self.commits - before.commits,
         }
     }
@@ -671,6 +677,7 @@ impl Db {
             syncs: c.syncs.load(Relaxed),
             background_flushes: c.background_flushes.load(Relaxed),
             durable_meta_writes: c.durable_meta_writes.load(Relaxed),
+            point_waits: c.flush_waits.load(Relaxed),
             commits,
         }
     }

@@ -88,6 +88,20 @@ impl DurableState {
         self.point.is_some()
     }
 
+    /// A durable point is in flight and the sync it waits for has started: once the
+    /// background flush ends (`Pager::wait_background_flush`), the next Async commit writes
+    /// its meta (`advance_point`).
+    pub(crate) fn point_syncing(&self) -> bool {
+        self.point.is_some_and(|p| p.started)
+    }
+
+    /// A durable point is in flight whose sync has not succeeded (it failed, or never ran):
+    /// the next commit cannot finish it.
+    pub(crate) fn point_stuck(&self, file: &OpenFile) -> bool {
+        self.point
+            .is_some_and(|p| !file.pager.synced_data_since(p.need))
+    }
+
     /// The newest meta that open could pick after a crash: pages written after it are in
     /// none of the trees open could find (unpinned.rs).
     pub(crate) fn on_disk(&self) -> TxId {
@@ -421,6 +435,12 @@ impl DurableState {
             // without a newer commit becoming durable; checked all the same.)
             self.point = None;
             return Ok(());
+        }
+        if !file.pager.synced_since(p.need) && file.pager.synced_data_since(p.need) {
+            // The sync is done but the file's name may not be durable (a compaction switch's
+            // directory fsync failed): fsync the directory now, as a sync in the foreground
+            // would. A failure poisons the handle.
+            file.pager.sync_name()?;
         }
         if !file.pager.synced_since(p.need) {
             if !p.started {

@@ -441,9 +441,11 @@ impl Options {
     /// live data, at least 2 MiB and at most 16 MiB ([`DEFAULT_MAX_UNSYNCED_BYTES`]): the
     /// file stays within about 1.125 times what crash safety keeps, for one extra durable
     /// commit per eighth of a database (at most 16 MiB) of rewritten pages. On the way to it,
-    /// each quarter of the bound starts a background fdatasync, so the writer waits little
-    /// at the durable point; the cost is device writes: pages written back early and then
-    /// rewritten are written again (docs/performance.md, "space after async overwrites").
+    /// each half of the bound starts a background fdatasync, so the writer waits little
+    /// at the durable point (at the bound, an Async commit waits for that fdatasync rather
+    /// than syncing everything since); the cost is device writes: pages written back early
+    /// and then rewritten are written again (docs/performance.md, "space after async
+    /// overwrites").
     ///
     /// ```
     /// use larch_engine::{Db, Durability, Options};

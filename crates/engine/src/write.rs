@@ -149,6 +149,10 @@ enum DurablePoint {
     Background,
     /// Make this commit durable before it returns.
     Now,
+    /// At the bound with a durable point's sync running: wait for that sync, so that this
+    /// commit writes the point's meta and the pages it pinned are free again, rather than
+    /// sync everything written since as well.
+    Wait,
 }
 
 impl std::fmt::Debug for Txn {
@@ -457,6 +461,14 @@ impl Txn {
                 DurablePoint::None => {}
                 DurablePoint::Background => self.starts_point = true,
                 DurablePoint::Now => self.durability = Durability::Sync,
+                DurablePoint::Wait => {
+                    self.db.pager.wait_background_flush();
+                    // A sync that failed poisoned the handle (the commit fails); one that
+                    // never ran leaves the point in flight: make this commit durable.
+                    if self.db.durability.lock().point_stuck(&self.db) {
+                        self.durability = Durability::Sync;
+                    }
+                }
             }
         }
         let r = self.commit_inner();
@@ -522,16 +534,19 @@ impl Txn {
 
     /// What `Options::max_unsynced_bytes` asks of this commit, from the pages that wait for a
     /// durable commit (freed by commits after the durable one, this one included). At each
-    /// quarter of the limit, an Async commit starts a durable point in the background
+    /// half of the limit, an Async commit starts a durable point in the background
     /// (durability.rs, `Point`): the writer goes on while another thread syncs, and a later
     /// commit writes its meta durably by itself. Where no point can start (one is in flight,
-    /// or a meta was written since the durable one), the quarter starts a plain fdatasync on
+    /// or a meta was written since the durable one), the half starts a plain fdatasync on
     /// another thread (`Pager::start_background_flush`) instead, so that the next sync finds
-    /// most pages written back. At the limit, the commit is made durable before it returns,
-    /// so the next transactions can reuse them. A commit whose meta would take the durable
-    /// meta's slot leaves either to the next one: made durable, it would first have to make
-    /// the commit before it durable in the other slot, a third fdatasync (durability.rs,
-    /// `write_meta_keeping_fallback`).
+    /// most pages written back. At the limit, an Async commit waits for the sync of a point
+    /// in flight and writes the point's meta; otherwise the commit is made durable before it
+    /// returns. Either way the next transactions can reuse what was waiting before the
+    /// point. (Points at each quarter made twice the flushes, each a burst of writeback that
+    /// the writer threads feel: docs/performance.md, "What durable points cost the writer".)
+    /// A commit whose meta would take the durable meta's slot leaves either to the next one:
+    /// made durable, it would first have to make the commit before it durable in the other
+    /// slot, a third fdatasync (durability.rs, `write_meta_keeping_fallback`).
     fn unsynced_over_limit(&mut self) -> DurablePoint {
         let ps = self.limits.page_size as u64;
         let live = self
@@ -541,7 +556,7 @@ impl Txn {
         let Some(limit) = self.db.opts.max_unsynced.limit(live) else {
             return DurablePoint::None;
         };
-        let (durable, synced_first, in_flight, possible, next_possible) = {
+        let (durable, synced_first, in_flight, syncing, possible, next_possible) = {
             let st = self.db.durability.lock();
             // A NoMetaSync meta not yet synced is durable after the data sync that starts
             // this commit's durable point: that is the slot to keep.
@@ -552,6 +567,7 @@ impl Txn {
                 st.durable,
                 st.meta_unsynced.unwrap_or(0).max(st.durable),
                 st.point_in_flight(),
+                st.point_syncing(),
                 asynchronous && st.point_possible(self.txid),
                 asynchronous && st.point_possible(self.txid + 1),
             )
@@ -562,26 +578,30 @@ impl Txn {
             // A durable point since released what was waiting then.
             self.writer.flush_started_at = 0;
         }
-        let quarter = waiting >= self.writer.flush_started_at + limit / 4 && waiting < limit;
-        let point = if self.txid % 2 == synced_first % 2 {
+        let half = waiting >= self.writer.flush_started_at + limit / 2 && waiting < limit;
+        let point = if waiting >= limit && syncing && self.durability == Durability::Async {
+            // The bound, with a point's sync running: that sync has written back most of
+            // what waits, and a new one would write back everything since as well.
+            DurablePoint::Wait
+        } else if self.txid % 2 == synced_first % 2 {
             DurablePoint::None
         } else if waiting >= limit {
             // The bound: durable here and now (overtaking a point in flight).
             DurablePoint::Now
-        } else if quarter && !in_flight && possible {
+        } else if half && !in_flight && possible {
             // Made durable in the background, so the bound is rarely reached.
             DurablePoint::Background
         } else {
             DurablePoint::None
         };
         match point {
-            // Its own sync, started once its pages are written, does this quarter's work: one
+            // Its own sync, started once its pages are written, does this half's work: one
             // started here would cover none of them and keep that one from starting.
             DurablePoint::Background => self.writer.flush_started_at = waiting,
             // The next commit can start a point (this one's meta would take the durable
-            // meta's slot): its sync does this quarter's work.
-            DurablePoint::None if quarter && next_possible => {}
-            DurablePoint::None if quarter && self.db.pager.start_background_flush() => {
+            // meta's slot): its sync does this half's work.
+            DurablePoint::None if half && next_possible => {}
+            DurablePoint::None if half && self.db.pager.start_background_flush() => {
                 self.writer.flush_started_at = waiting;
             }
             _ => {}
