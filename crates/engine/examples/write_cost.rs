@@ -11,9 +11,11 @@
 //! many background compactions it made; with `WRITE_COST_OWS=1` the overwrites are Sync commits
 //! (the harness's `ows`); `WRITE_COST_FOLIOS=large` writes large page-cache folios (the
 //! default is the engine's, single-page ones); `WRITE_COST_UNSYNCED=off` sets
-//! `max_unsynced_bytes(None)` (no forced durable points); `WRITE_COST_TIMES=1` times each
+//! `max_unsynced_bytes(None)` (no forced durable points), `WRITE_COST_UNSYNCED=BYTES` that bound; `WRITE_COST_TIMES=1` times each
 //! overwrite commit and prints the percentiles, the time spent in commits over 1 ms and the
-//! slowest commits (docs/performance.md, "What forced durable points cost").
+//! slowest commits (docs/performance.md, "What forced durable points cost");
+//! `WRITE_COST_THREADS=N` makes the overwrites on N threads at once (the harness's owa.n), each
+//! commit timed, and prints the syncs the engine made while they ran (`Db::io_stats`).
 
 use larch_engine::{Db, Durability, Options, Policy};
 
@@ -108,6 +110,53 @@ fn owa_timed(db: &Db, docs: u64, commits: u64, durability: Durability) -> larch_
     db.sync()
 }
 
+/// `owa` on `threads` threads at once, each commit timed (`WRITE_COST_THREADS=N`), with the
+/// foreground syncs, background flushes and durable meta writes they caused.
+fn owa_threads(db: &Db, docs: u64, commits: u64, threads: u64) -> larch_engine::Result<()> {
+    let before = db.io_stats();
+    let mut times: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> larch_engine::Result<Vec<u64>> {
+                    let mut r = 1 + t;
+                    let mut times = Vec::with_capacity((commits / threads) as usize);
+                    for _ in 0..commits / threads {
+                        r = mix64(r);
+                        let start = std::time::Instant::now();
+                        let mut tx = db.begin_write()?;
+                        tx.set_durability(Durability::Async);
+                        tx.open_tree("t")?.insert(&key(1 + r % docs), &VALUE)?;
+                        tx.commit()?;
+                        times.push(start.elapsed().as_nanos() as u64);
+                    }
+                    Ok(times)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.join().expect("writer thread")?);
+        }
+        Ok::<_, larch_engine::Error>(all)
+    })?;
+    let io = db.io_stats().since(&before);
+    times.sort_unstable();
+    let pct = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)] / 1000;
+    println!(
+        "{threads} threads, commit us: p50 {} p90 {} p99 {} p999 {} max {}",
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        pct(0.999),
+        times.last().map_or(0, |t| t / 1000)
+    );
+    println!(
+        "while they ran: {} foreground syncs, {} background flushes, {} durable meta writes, {} waits for a point at the bound",
+        io.syncs, io.background_flushes, io.durable_meta_writes, io.point_waits
+    );
+    db.sync()
+}
+
 /// The shape the writes left: leaves and their fill, and the pages below the high-water mark.
 fn report(db: &Db, after: &str) -> larch_engine::Result<()> {
     let s = db.stats()?;
@@ -133,8 +182,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|v| v.parse::<f64>())
         .transpose()?;
     let mut opts = Options::default();
-    if std::env::var("WRITE_COST_UNSYNCED").as_deref() == Ok("off") {
-        opts = opts.max_unsynced_bytes(None);
+    match std::env::var("WRITE_COST_UNSYNCED").as_deref() {
+        Ok("off") => opts = opts.max_unsynced_bytes(None),
+        Ok(bytes) => opts = opts.max_unsynced_bytes(Some(bytes.parse()?)),
+        Err(_) => {}
     }
     let opts = opts
         .policy(Policy::FirstFit)
@@ -160,7 +211,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => Durability::Async,
     };
     let t = std::time::Instant::now();
-    if std::env::var("WRITE_COST_TIMES").as_deref() == Ok("1") {
+    let threads = std::env::var("WRITE_COST_THREADS")
+        .ok()
+        .map(|v| v.parse::<u64>())
+        .transpose()?;
+    if let Some(n) = threads.filter(|&n| n > 0) {
+        owa_threads(&db, docs, commits, n)?;
+    } else if std::env::var("WRITE_COST_TIMES").as_deref() == Ok("1") {
         owa_timed(&db, docs, commits, durability)?;
     } else {
         owa(&db, docs, commits, durability)?;
