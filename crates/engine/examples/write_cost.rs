@@ -11,9 +11,10 @@
 //! many background compactions it made; with `WRITE_COST_OWS=1` the overwrites are Sync commits
 //! (the harness's `ows`); `WRITE_COST_FOLIOS=large` writes large page-cache folios (the
 //! default is the engine's, single-page ones); `WRITE_COST_UNSYNCED=off` sets
-//! `max_unsynced_bytes(None)` (no forced durable points), `WRITE_COST_UNSYNCED=BYTES` that bound; `WRITE_COST_TIMES=1` times each
-//! overwrite commit and prints the percentiles, the time spent in commits over 1 ms and the
-//! slowest commits (docs/performance.md, "What forced durable points cost");
+//! `max_unsynced_bytes(None)` (no forced durable points), `WRITE_COST_UNSYNCED=BYTES` that
+//! bound; `WRITE_COST_TIMES=1` times each overwrite commit and prints the percentiles, the
+//! time spent in commits over 1 ms and the slowest commits (docs/performance.md, "What
+//! durable points cost the writer");
 //! `WRITE_COST_THREADS=N` makes the overwrites on N threads at once (the harness's owa.n), each
 //! commit timed, and prints the syncs the engine made while they ran (`Db::io_stats`).
 
