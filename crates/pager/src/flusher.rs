@@ -167,21 +167,23 @@ mod tests {
         (f, poisoned, through)
     }
 
+    /// A sync that takes `ms` and then sets `done`.
+    fn sleeping(ms: u64, done: &Arc<AtomicBool>) -> BackgroundSync {
+        let done = done.clone();
+        Box::new(move || {
+            std::thread::sleep(Duration::from_millis(ms));
+            done.store(true, Ordering::SeqCst);
+            Ok(())
+        })
+    }
+
     #[test]
     fn syncs_run_one_at_a_time_and_record_their_numbers() {
         let (f, poisoned, through) = flusher();
         for seq in 1..=5 {
             assert!(!f.busy());
             let ran = Arc::new(AtomicBool::new(false));
-            let r = ran.clone();
-            assert!(f.start(
-                Box::new(move || {
-                    std::thread::sleep(Duration::from_millis(2));
-                    r.store(true, Ordering::SeqCst);
-                    Ok(())
-                }),
-                seq
-            ));
+            assert!(f.start(sleeping(2, &ran), seq));
             assert!(f.busy());
             f.wait_idle();
             assert!(ran.load(Ordering::SeqCst) && !f.busy());
@@ -218,15 +220,7 @@ mod tests {
     fn dropping_waits_for_the_sync_that_runs() {
         let (f, _, through) = flusher();
         let done = Arc::new(AtomicBool::new(false));
-        let d = done.clone();
-        assert!(f.start(
-            Box::new(move || {
-                std::thread::sleep(Duration::from_millis(30));
-                d.store(true, Ordering::SeqCst);
-                Ok(())
-            }),
-            7
-        ));
+        assert!(f.start(sleeping(30, &done), 7));
         drop(f);
         assert!(done.load(Ordering::SeqCst));
         assert_eq!(through.load(Ordering::SeqCst), 7);
