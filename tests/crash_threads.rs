@@ -654,8 +654,8 @@ struct Background {
 /// and the low free-map cap with and without (the default four seeds: 1 and 2). Each sync is
 /// done 1 to 16 calls after it starts (every lag over sixteen seeds), under a
 /// `max_unsynced_bytes` of 8 KiB plus 2 KiB a call of lag. What counts against the bound is
-/// the durable tree's pages replaced since (this small tree has few: half of 8 KiB is the
-/// first Async commit's, and a point starts at each half of the bound) and, once a point is
+/// the durable tree's pages replaced since (this small tree has few, so the first Async
+/// commits reach half the bound, where a point starts) and, once a point is
 /// in flight, the pages it pins that later commits replace (two or three a commit, at one or
 /// two calls a commit): a point whose sync ends 16 calls later needs about 100 KiB of room.
 /// With less, a commit at the bound waits for the point's sync and writes its meta, unless
