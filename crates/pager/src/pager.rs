@@ -686,9 +686,7 @@ impl Pager {
     /// the background, the handle is not poisoned, and the file's name is durable (a
     /// background flush does not fsync the directory: [`Pager::sync_name_at_next_sync`]).
     pub fn synced_since(&self, n: u64) -> bool {
-        !self.is_poisoned()
-            && self.synced_through.load(Ordering::SeqCst) >= n
-            && self.name_unsynced.lock().is_none()
+        self.synced_data_since(n) && self.name_unsynced.lock().is_none()
     }
 
     /// The storage syncs on another thread ([`Storage::syncs_in_background`]): what
