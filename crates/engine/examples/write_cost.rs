@@ -15,6 +15,7 @@
 //! bound; `WRITE_COST_TIMES=1` times each overwrite commit and prints the percentiles, the
 //! time spent in commits over 1 ms and the slowest commits (docs/performance.md, "What
 //! durable points cost the writer");
+//! `WRITE_COST_MODE=hybrid|mmap` sets the write mode (the default is pwrite);
 //! `WRITE_COST_THREADS=N` makes the overwrites on N threads at once (the harness's owa.n), each
 //! commit timed, and prints the syncs the engine made while they ran (`Db::io_stats`).
 
@@ -195,6 +196,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .cache_folios(match std::env::var("WRITE_COST_FOLIOS").as_deref() {
             Ok("large") => larch_engine::CacheFolios::Large,
             _ => larch_engine::CacheFolios::Small,
+        })
+        .write_mode(match std::env::var("WRITE_COST_MODE").as_deref() {
+            Ok("hybrid") => larch_engine::WriteMode::Hybrid,
+            Ok("mmap") => larch_engine::WriteMode::Mmap,
+            _ => larch_engine::WriteMode::Pwrite,
         });
     let db = Db::open(dir.path().join("w.larch"), opts)?;
     let t = std::time::Instant::now();
