@@ -316,17 +316,24 @@ struct Seen {
     /// Of those, breaks that fall where a full chunk ends too.
     flag_breaks_at_chunks: u64,
     one_page_runs_between_breaks: u64,
+    /// Writes made before the commit (an append's full leaves), and pages of them the
+    /// commit wrote again.
+    spill_writes: u64,
+    spilled_pages_rewritten: u64,
 }
 
 /// Checks the writes commit `txid` made against the file: every page that carries `txid` in
 /// its header was written exactly once by this commit, nothing else was, every write is whole
 /// pages and at most one chunk, and two adjacent writes of the same flag are split only
-/// because the first filled a chunk.
+/// because the first filled a chunk. The first `spills` writes are those the transaction
+/// made before its commit (an append's full leaves, `IoStats::spilled_pages`): in key order,
+/// 16 pages at most each, and apart from the commit's own in the adjacency check.
 fn check_commit_writes(
     file: &std::fs::File,
     ps: u64,
     txid: u64,
     writes: &[Write],
+    spills: usize,
     seen: &mut Seen,
 ) {
     use std::os::unix::fs::FileExt;
@@ -340,10 +347,24 @@ fn check_commit_writes(
         );
         for p in (w.offset / ps)..((w.offset + w.len) / ps) {
             if let Some(before) = written.insert(p, n) {
-                panic!("txid {txid}: page {p} written twice, by writes {before} and {n}");
+                // A leaf written before the commit that a later edit copied again: its page
+                // is the transaction's own and free at once, and the commit may take it.
+                assert!(
+                    before < spills && n >= spills,
+                    "txid {txid}: page {p} written twice, by writes {before} and {n}"
+                );
+                seen.spilled_pages_rewritten += 1;
             }
         }
     }
+    for w in &writes[..spills] {
+        assert!(
+            w.in_order && w.len <= 16 * ps,
+            "txid {txid}: {w:?}, written before the commit, is not a batch of full leaves"
+        );
+    }
+    seen.spill_writes += spills as u64;
+    let writes = &writes[spills..];
     let len = file.metadata().unwrap().len();
     let mut page = vec![0u8; ps as usize];
     for p in 2..len / ps {
@@ -465,12 +486,13 @@ fn every_page_of_a_commit_is_written_once_whatever_mix_of_key_order_its_runs_hol
                             }
                         }
                     }
+                    let spills = log.lock().unwrap().len();
                     tx.commit().unwrap();
                     let txid = db.stats().unwrap().txid;
                     let writes = std::mem::take(&mut *log.lock().unwrap());
                     let what = format!("{ps} {mode:?} {durability:?} round {round}");
                     let file = open_rw(&path);
-                    check_commit_writes(&file, ps as u64, txid, &writes, &mut seen);
+                    check_commit_writes(&file, ps as u64, txid, &writes, spills, &mut seen);
                     db.check().unwrap_or_else(|e| panic!("{what}: check: {e}"));
                     if round % 2 == 1 {
                         drop(db);
@@ -493,11 +515,16 @@ fn every_page_of_a_commit_is_written_once_whatever_mix_of_key_order_its_runs_hol
                 total.flag_breaks += seen.flag_breaks;
                 total.flag_breaks_at_chunks += seen.flag_breaks_at_chunks;
                 total.one_page_runs_between_breaks += seen.one_page_runs_between_breaks;
+                total.spill_writes += seen.spill_writes;
+                total.spilled_pages_rewritten += seen.spilled_pages_rewritten;
             }
         }
     }
     eprintln!("{total:?}");
-    assert!(total.one_page_runs_between_breaks > 0, "{total:?}");
+    assert!(
+        total.one_page_runs_between_breaks > 0 && total.spill_writes > 0,
+        "{total:?}"
+    );
 }
 
 /// A run of pages filled in key order that fills a chunk exactly where the next page is not
@@ -505,6 +532,9 @@ fn every_page_of_a_commit_is_written_once_whatever_mix_of_key_order_its_runs_hol
 /// write and the flag's break are one break, not two, and no page is lost between them.
 #[test]
 fn a_change_of_flag_where_a_chunk_ends_loses_no_page() {
+    // The commit writes the appended leaves itself here (none before it): the runs in key
+    // order that fill its chunks are what this test is about.
+    larch::set_spill_batch(usize::MAX);
     let ps = 65536usize;
     let mut seen = Seen::default();
     for mode in larch::WriteMode::ALL {
@@ -531,10 +561,11 @@ fn a_change_of_flag_where_a_chunk_ends_loses_no_page() {
             tx.commit().unwrap();
             let txid = db.stats().unwrap().txid;
             let writes = std::mem::take(&mut *log.lock().unwrap());
-            check_commit_writes(&open_rw(&path), ps as u64, txid, &writes, &mut seen);
+            check_commit_writes(&open_rw(&path), ps as u64, txid, &writes, 0, &mut seen);
         }
         verify(&db, &model, &format!("{mode:?}"));
     }
+    larch::set_spill_batch(0);
     eprintln!("{seen:?}");
     assert!(seen.flag_breaks_at_chunks > 0, "{seen:?}");
 }

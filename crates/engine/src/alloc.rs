@@ -95,7 +95,7 @@ impl Txn {
     /// Committed pages this transaction no longer reaches: pending until safe.
     pub(crate) fn free_committed(&mut self, p: PageId, n: u64) {
         let written = self
-            .base_view()
+            .committed_view()
             .pages(p, 1)
             .ok()
             .and_then(larch_pager::PageHeader::read)
@@ -106,6 +106,19 @@ impl Txn {
     /// [`Txn::free_committed`] of pages whose header (already read) says `written`
     /// wrote them.
     pub(crate) fn free_written(&mut self, p: PageId, n: u64, written: TxId) {
+        if n == 1 && written == self.txid && self.spilled.remove(&p).is_some() {
+            // A leaf this transaction wrote before its commit (`Txn::spill`): no reader and
+            // no crash fallback ever reached it.
+            self.free_fresh(p, n);
+            return;
+        }
+        if p.saturating_add(n) > self.base.meta.high_water {
+            // Not a page of the state this transaction began from, so a pointer in a damaged
+            // or crafted file: the pages there are this transaction's own (an overflow run,
+            // a leaf written before the commit), and freeing them would hand out pages a
+            // tree still holds. Left as they are (the file's check reports the pointer).
+            return;
+        }
         // Written after the last durable commit: only readers can reach it (unpinned.rs).
         if written > self.on_disk {
             self.writer.reader_pinned.add(self.txid, p, n, written);
@@ -154,6 +167,7 @@ impl Txn {
             self.writer.last_hot_run = last;
         }
         self.held_fresh.clear();
+        self.spilled.clear();
         self.freemap_slots.clear();
         self.park();
         for t in &mut self.trees {

@@ -11,15 +11,73 @@
 //! The tail is only valid while nothing else edits the tree: `WriteTree` drops it on every
 //! other edit, and keeps it in the handle, not the transaction, so a savepoint, a commit or a
 //! deleted tree (none possible while the handle is open) never sees it.
+//!
+//! A leaf left full is final unless a later edit of the same transaction lands in it, so a
+//! long append does not keep it in memory until the commit: the tail notes each one with the
+//! branch that holds it, and every [`SPILL_BATCH`] of them are written at once before the
+//! commit (`Txn::spill`, docs/format.md "Pages written before the commit"). Their branch
+//! then holds their pages, their buffers serve the next leaves, and the commit lists them in
+//! its manifest with the pages it writes itself.
 
+use crate::alloc::PROVISIONAL;
 use crate::error::{Error, Result};
 use crate::mutate::separator;
 use crate::node::{Child, Node, NodeIdx, Val};
 use crate::write::{TreeIdx, Txn};
+use larch_pager::ManifestRun;
 
-/// The rightmost path of a tree, root first: every node on it is dirty. Empty until the
-/// first append of a `WriteTree` finds it.
-pub(crate) type Tail = Vec<NodeIdx>;
+/// How many full leaves a spill writes at once: 64 KiB of 4 KiB pages, one write call
+/// (`larch_pager::WRITE_PIECE`) when the free set or the end of the file has the run.
+pub(crate) const SPILL_BATCH: usize = 16;
+
+/// The most a spill grows the file past the pages it writes: a long append grows it in
+/// steps of 4 MiB, not 1/8 of the file (`larch_pager::growth_step`), so that what the append
+/// leaves allocated past its last page stays small.
+pub(crate) const SPILL_GROWTH: u64 = 4 << 20;
+
+thread_local! {
+    static SPILL_BATCH_OVERRIDE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Make appends on this thread write their full leaves before the commit in batches of `n`
+/// (0: [`SPILL_BATCH`]), so that tests with small trees reach the spill and what follows it
+/// (a later edit of a written leaf, a savepoint, a failed write). For tests only.
+#[doc(hidden)]
+#[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
+pub fn set_spill_batch(n: usize) {
+    SPILL_BATCH_OVERRIDE.with(|c| c.set(n));
+}
+
+fn spill_batch() -> usize {
+    match SPILL_BATCH_OVERRIDE.with(std::cell::Cell::get) {
+        0 => SPILL_BATCH,
+        n => n,
+    }
+}
+
+/// What a `WriteTree` keeps between appends. Empty until the first append of a handle
+/// finds the path.
+#[derive(Debug, Default)]
+pub(crate) struct Tail {
+    /// The rightmost path of the tree, root first: every node on it is dirty.
+    path: Vec<NodeIdx>,
+    /// Leaves the path left full and not yet written, each with the branch that holds it.
+    full: Vec<(NodeIdx, NodeIdx)>,
+}
+
+impl Tail {
+    /// Forget the path (another edit may have changed it) and the full leaves noted: those
+    /// stay dirty and the commit writes them.
+    pub(crate) fn clear(&mut self) {
+        self.path.clear();
+        self.full.clear();
+    }
+
+    /// The last leaf.
+    pub(crate) fn leaf(&self) -> Option<NodeIdx> {
+        self.path.last().copied()
+    }
+}
 
 impl Txn {
     /// Add `key`/`value` after the last entry of tree `t`. The caller has checked that `key`
@@ -34,8 +92,13 @@ impl Txn {
     ) -> Result<()> {
         self.limits_check(key, value.len())?;
         self.activate(t);
-        if tail.is_empty() {
-            self.find_tail(t, tail, key)?;
+        if tail.full.len() >= spill_batch() {
+            // Before this append changes anything: if the write fails, nothing has.
+            let full = std::mem::take(&mut tail.full);
+            self.spill(&full)?;
+        }
+        if tail.path.is_empty() {
+            self.find_tail(t, &mut tail.path, key)?;
         }
         let val = if self.limits.inline(key.len(), value.len()) {
             Val::Inline(value)
@@ -46,7 +109,7 @@ impl Txn {
         self.trees[t].entries = self.trees[t].entries.saturating_add(1);
         let cap = self.limits.capacity;
         let role = self.trees[t].role;
-        let Some(&leaf) = tail.last() else {
+        let Some(leaf) = tail.leaf() else {
             // An empty tree: its first leaf is the root.
             let page = self.alloc_node();
             let mut n = Node::empty(page, true, role);
@@ -55,7 +118,7 @@ impl Txn {
             let root = self.nodes.len() - 1;
             self.trees[t].root = Some(Child::Node(root));
             self.trees[t].depth = 1;
-            tail.push(root);
+            tail.path.push(root);
             return Ok(());
         };
         if self.nodes[leaf].has_room(Node::leaf_entry_size(key, &val), cap) {
@@ -65,15 +128,15 @@ impl Txn {
         // The last leaf is full: a new one starts, and its separator goes up the tail.
         let sep = separator(self.nodes[leaf].last_key(), key);
         let page = self.alloc_node();
-        let mut n = Node::empty(page, true, role);
+        let mut n = Node::empty_reusing(page, true, role, &mut self.writer.spare_nodes);
         // It will fill up: grow its arena once, not entry by entry.
         n.reserve(self.limits.page_size, 1 + cap / (key.len() + 16));
         n.push(key, val);
         self.nodes.push(n);
         let mut child = self.nodes.len() - 1;
-        let mut level = tail.len() - 1;
+        let mut level = tail.path.len() - 1;
         loop {
-            let full = std::mem::replace(&mut tail[level], child);
+            let full = std::mem::replace(&mut tail.path[level], child);
             // Left behind full: later commits seldom rewrite it.
             self.nodes[full].sequential = true;
             if level == 0 {
@@ -81,11 +144,19 @@ impl Txn {
                 let Some(Child::Node(root)) = self.trees[t].root else {
                     unreachable!("grow_root leaves a dirty root");
                 };
-                tail.insert(0, root);
+                tail.path.insert(0, root);
+                if full == leaf {
+                    tail.full.push((leaf, root));
+                }
                 return Ok(());
             }
             level -= 1;
-            let parent = tail[level];
+            let parent = tail.path[level];
+            if full == leaf {
+                // The full leaf stays this branch's last child whatever happens next: a new
+                // child goes after it, or into a new branch beside this one.
+                tail.full.push((leaf, parent));
+            }
             if self.nodes[parent].has_room(Node::branch_entry_size(&sep), cap) {
                 self.nodes[parent].push_child(&sep, Child::Node(child));
                 return Ok(());
@@ -100,11 +171,95 @@ impl Txn {
         }
     }
 
+    /// Write the full leaves `full` noted (each with the branch that holds it) before the
+    /// commit, as one run of pages where the free set or the end of the file has one: their
+    /// branch then holds their pages and their buffers go back to the writer's spares. The
+    /// pages are listed in the commit's manifest (`Txn::write_dirty_pages`); until the meta
+    /// that reaches them is written, nothing does, and a transaction that does not commit
+    /// gives them back (`Undo::Alloc`). A leaf that is no longer as the append left it
+    /// (merged away, no longer that branch's child) or that holds an overflow run this
+    /// transaction wrote (listed through its leaf at commit) stays dirty. On an error
+    /// nothing has changed but the pages written, which are free again.
+    pub(crate) fn spill(&mut self, full: &[(NodeIdx, NodeIdx)]) -> Result<()> {
+        if !self.gathers_pages() || self.gathered {
+            return Ok(());
+        }
+        let mut batch: Vec<(NodeIdx, NodeIdx, usize, u64)> = Vec::with_capacity(full.len());
+        for &(leaf, parent) in full {
+            let n = &self.nodes[leaf];
+            if !n.live || !n.leaf || n.page < PROVISIONAL || n.fresh_runs().next().is_some() {
+                continue;
+            }
+            let b = &self.nodes[parent];
+            if !b.live || b.leaf {
+                continue;
+            }
+            let Some(pos) = b.children.iter().rposition(|&c| c == Child::Node(leaf)) else {
+                continue;
+            };
+            batch.push((leaf, parent, pos, n.page));
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let n = batch.len() as u64;
+        let first = self.alloc(n);
+        let ps = self.limits.page_size;
+        let mut buf = std::mem::take(&mut self.writer.scratch.buf);
+        buf.clear();
+        for (k, &(leaf, ..)) in batch.iter().enumerate() {
+            self.nodes[leaf].page = first + k as u64;
+            let nodes = &self.nodes;
+            nodes[leaf].encode(&mut buf, ps, self.txid, |c| nodes[c].page);
+        }
+        let written = self
+            .db
+            .pager
+            .ensure_pages_ahead(first + n, SPILL_GROWTH)
+            .and_then(|()| {
+                self.map = self.db.pager.map();
+                self.db.pager.write_pages_in_order(first, &[&buf], false)
+            });
+        if let Err(e) = written {
+            for &(leaf, _, _, provisional) in &batch {
+                self.nodes[leaf].page = provisional;
+            }
+            self.writer.scratch.buf = crate::scratch::emptied(buf);
+            self.free_fresh(first, n);
+            return Err(e.into());
+        }
+        let txid = self.txid;
+        for (k, &(leaf, parent, pos, _)) in batch.iter().enumerate() {
+            let page = first + k as u64;
+            self.spilled.insert(
+                page,
+                ManifestRun {
+                    start: page,
+                    pages: 1,
+                    overflow: false,
+                    txid,
+                    checksum: larch_pager::stored_checksum(&buf[k * ps..(k + 1) * ps]),
+                },
+            );
+            self.nodes[parent].set_child_written(pos, page, ps);
+            let role = self.nodes[leaf].role;
+            let mut gone = Node::empty(page, true, role);
+            gone.live = false;
+            let old = std::mem::replace(&mut self.nodes[leaf], gone);
+            self.writer.spare_nodes.put(old, ps);
+        }
+        self.writer.scratch.buf = crate::scratch::emptied(buf);
+        self.shared
+            .spilled_pages
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Make tree `t`'s rightmost path dirty and record it in `tail` (empty for an empty
     /// tree). `key` is the key about to be appended, already known to be greater than the
     /// tree's last key; every separator on the path must be at most `key` too, or the key
     /// would land in a leaf where a search could not find it.
-    fn find_tail(&mut self, t: TreeIdx, tail: &mut Tail, key: &[u8]) -> Result<()> {
+    fn find_tail(&mut self, t: TreeIdx, tail: &mut Vec<NodeIdx>, key: &[u8]) -> Result<()> {
         let role = self.trees[t].role;
         let Some(root) = self.trees[t].root else {
             return Ok(());

@@ -53,6 +53,10 @@ pub struct IoStats {
     /// (unless a sync had overtaken the point meanwhile), instead of making themselves
     /// durable.
     pub point_waits: u64,
+    /// Leaves a sorted append ([`crate::WriteTree::append`]) wrote before their
+    /// transaction's commit, 16 at a time, so that a long append keeps a bounded number of
+    /// finished leaves in memory (whether their transaction committed or not).
+    pub spilled_pages: u64,
     /// Txid of the newest commit (commits made, counting those of earlier handles).
     pub commits: u64,
 }
@@ -68,6 +72,7 @@ impl IoStats {
             background_flushes: self.background_flushes - before.background_flushes,
             durable_meta_writes: self.durable_meta_writes - before.durable_meta_writes,
             point_waits: self.point_waits - before.point_waits,
+            spilled_pages: self.spilled_pages - before.spilled_pages,
             commits: self.commits - before.commits,
         }
     }
@@ -401,6 +406,7 @@ impl Db {
                 fs,
                 snapshots: Default::default(),
                 leaf_overflows: Default::default(),
+                spilled_pages: Default::default(),
             }),
         };
         crate::autocompact::start_timer(&db.shared);
@@ -678,6 +684,7 @@ impl Db {
             background_flushes: c.background_flushes.load(Relaxed),
             durable_meta_writes: c.durable_meta_writes.load(Relaxed),
             point_waits: c.flush_waits.load(Relaxed),
+            spilled_pages: self.shared.spilled_pages.load(Relaxed),
             commits,
         }
     }

@@ -118,6 +118,8 @@ pub(crate) struct Shared {
     pub snapshots: SnapshotCache,
     /// How overfull leaves made room (`Db::leaf_overflows`), across file switches.
     pub leaf_overflows: crate::redistribute::LeafOverflowCounts,
+    /// Leaves written before their commit (`Txn::spill`, `IoStats::spilled_pages`).
+    pub spilled_pages: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {

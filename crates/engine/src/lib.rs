@@ -42,6 +42,9 @@ mod walk;
 mod write;
 mod write_tree;
 
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use append::set_spill_batch;
 pub use check::CheckReport;
 pub use compaction_state::CompactReport;
 pub use cursor::Range;

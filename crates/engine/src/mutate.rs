@@ -5,8 +5,6 @@
 //! redistribute.rs) and rebalance as soon as they fall under half a page, so every node
 //! always fits its page and stays at least about half full.
 
-use std::sync::Arc;
-
 use larch_pager::{PageHeader, PageRole, PageType};
 
 use crate::error::{Error, Result};
@@ -50,8 +48,13 @@ impl Txn {
         match child {
             Child::Node(i) => Ok(i),
             Child::Page(p) => {
-                let base = Arc::clone(&self.base);
-                let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
+                let (map, high_water) = self.committed_map();
+                let view = View {
+                    map: &map,
+                    page_size: self.limits.page_size,
+                    high_water,
+                    verify: self.db.opts.verify_checksums,
+                };
                 let page = view.node(p, role)?;
                 let written = self
                     .writer
@@ -146,7 +149,7 @@ impl Txn {
                         entries: 0,
                         depth: levels,
                     };
-                    return self.base_view().get(&root, tree.role, key);
+                    return self.committed_view().get(&root, tree.role, key);
                 }
             }
         }
@@ -516,8 +519,13 @@ impl Txn {
     /// how many entries it held.
     pub(crate) fn free_subtree(&mut self, root: Child, depth: u32, role: PageRole) -> Result<u64> {
         let mut entries = 0u64;
-        let base = Arc::clone(&self.base);
-        let view = View::new(&base.map, &base.meta, self.db.opts.verify_checksums);
+        let (map, high_water) = self.committed_map();
+        let view = View {
+            map: &map,
+            page_size: self.limits.page_size,
+            high_water,
+            verify: self.db.opts.verify_checksums,
+        };
         let mut stack = vec![(root, depth)];
         let mut visited: u64 = 0;
         while let Some((c, level)) = stack.pop() {

@@ -607,6 +607,17 @@ impl Node {
         true
     }
 
+    /// Branch: child `i` is written at `page` now (a leaf `Txn::spill` wrote before the
+    /// commit), so it is a `Child::Page` from here on, and in its cell of the arena too when
+    /// the arena is the page image (as [`Node::settle_written`] does for every dirty child).
+    pub fn set_child_written(&mut self, i: usize, page: PageId, page_size: usize) {
+        self.children[i] = Child::Page(page);
+        if self.image && self.bytes.len() == page_size {
+            let at = self.ents[i].at as usize - BRANCH_CELL + BRANCH_CHILD;
+            self.bytes[at..at + 8].copy_from_slice(&page.to_le_bytes());
+        }
+    }
+
     /// Same type, role, entries (keys, values, overflow references) and children as `other`:
     /// what a kept node must share with its page decoded (checked in debug builds and unit
     /// tests).
@@ -1011,6 +1022,17 @@ impl Node {
     #[cfg(test)]
     pub fn decode(page: &NodePage<'_>, new_page: PageId, role: PageRole) -> Result<Node> {
         Node::decode_reusing(page, new_page, role, &mut SpareNodes::default())
+    }
+
+    /// An empty node as [`Node::empty`], in the buffers of a node `spare` keeps when there is
+    /// one (a sorted append's next leaf, in the buffers of the leaves it wrote before the
+    /// commit: `Txn::spill`).
+    pub fn empty_reusing(page: PageId, leaf: bool, role: PageRole, spare: &mut SpareNodes) -> Node {
+        let mut n = Node::empty(page, leaf, role);
+        if let Some((bytes, ents, children)) = spare.take() {
+            (n.bytes, n.ents, n.children) = (bytes, ents, children);
+        }
+        n
     }
 
     /// [`Node::decode`] into the buffers of a node a finished transaction left in `spare`,

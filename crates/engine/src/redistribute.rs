@@ -18,7 +18,6 @@ use crate::error::Result;
 use crate::mutate::separator;
 use crate::node::{Child, Node, NodeIdx};
 use crate::node_page::ValRef;
-use crate::view::View;
 use crate::write::Txn;
 
 impl Txn {
@@ -125,11 +124,7 @@ impl Txn {
         page: PageId,
         role: PageRole,
     ) -> Result<impl Iterator<Item = Result<usize>> + '_> {
-        let view = View::new(
-            &self.base.map,
-            &self.base.meta,
-            self.db.opts.verify_checksums,
-        );
+        let view = self.committed_view();
         let page = view.node(page, role)?;
         Ok((0..page.count).map(move |j| {
             let (k, v) = page.entry(j)?;

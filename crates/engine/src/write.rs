@@ -125,6 +125,9 @@ pub(crate) struct Txn {
     /// Pages this transaction allocated and freed while a savepoint existed: reusable only
     /// after the commit (`Txn::free_fresh`).
     pub(crate) held_fresh: Vec<(PageId, u64)>,
+    /// Leaves written before the commit (`Txn::spill`, append.rs) that a tree still holds:
+    /// the commit lists them in its manifest with the pages it writes.
+    pub(crate) spilled: std::collections::BTreeMap<PageId, ManifestRun>,
     next_savepoint: u64,
     /// The pages after the commit's hot run kept for the free map's first new pages, in
     /// order (`Txn::gather_hot_pages`, `Txn::alloc`).
@@ -287,6 +290,7 @@ impl Txn {
             interrupted: false,
             savepoints: Vec::new(),
             held_fresh: Vec::new(),
+            spilled: Default::default(),
             next_savepoint: 0,
             freemap_slots: Default::default(),
             hot_chunks: Vec::new(),
@@ -333,6 +337,33 @@ impl Txn {
             &self.base.meta,
             self.db.opts.verify_checksums,
         )
+    }
+
+    /// The view committed pages are read through: the base snapshot's, or once this
+    /// transaction has written leaves before its commit (`Txn::spill`), the latest map up to
+    /// the pages this transaction wrote, which holds those leaves too (a tree's `Child::Page`
+    /// may be one). The map the view reads is [`Txn::committed_map`]'s.
+    pub(crate) fn committed_view(&self) -> View<'_> {
+        if self.spilled.is_empty() {
+            self.base_view()
+        } else {
+            View {
+                map: &self.map,
+                page_size: self.limits.page_size,
+                high_water: self.fresh_pages(),
+                verify: self.db.opts.verify_checksums,
+            }
+        }
+    }
+
+    /// The map and page limit of [`Txn::committed_view`], held apart from the transaction
+    /// (for code that reads a page and then changes the transaction).
+    pub(crate) fn committed_map(&self) -> (Arc<Map>, PageId) {
+        if self.spilled.is_empty() {
+            (Arc::clone(&self.base.map), self.base.meta.high_water)
+        } else {
+            (Arc::clone(&self.map), self.fresh_pages())
+        }
     }
 
     /// A view that also covers overflow runs written by this transaction.
@@ -793,7 +824,14 @@ impl Txn {
     /// page (the commit then syncs twice).
     fn write_dirty_pages(&mut self) -> Result<Vec<ManifestRun>> {
         let ps = self.limits.page_size;
-        self.db.pager.ensure_pages(self.high_water)?;
+        if self.spilled.is_empty() {
+            self.db.pager.ensure_pages(self.high_water)?;
+        } else {
+            // The spills grew the file in small steps (append.rs): so does their commit.
+            self.db
+                .pager
+                .ensure_pages_ahead(self.high_water, crate::append::SPILL_GROWTH)?;
+        }
         self.park();
         // (page, tree, node) of every live dirty node, in page order.
         let live = self
@@ -880,6 +918,16 @@ impl Txn {
         if !buf.is_empty() {
             write(pages(first), &buf, in_order)?;
             runs += 1;
+        }
+        // Leaves written before the commit (`Txn::spill`), each its own object as the pages
+        // above are.
+        let mut last: Option<PageId> = None;
+        for (&page, run) in &self.spilled {
+            if last.is_none_or(|l| l + 1 != page) {
+                runs += 1;
+            }
+            last = Some(page);
+            manifest.push(*run);
         }
         let mut overflow_runs = 0;
         for &(_, t, i) in &order {
@@ -1047,6 +1095,7 @@ struct Saved {
     names: HashMap<String, TreeIdx>,
     undo_len: usize,
     held_len: usize,
+    spilled: std::collections::BTreeMap<PageId, ManifestRun>,
     high_water: PageId,
     freemap_changes: crate::freemap::Changes,
 }
@@ -1114,6 +1163,7 @@ impl<'db> WriteTx<'db> {
             .ok_or_else(|| Error::TreeNotFound(name.to_string()))?;
         let state = txn.lend(idx);
         let (map, fresh_pages) = txn.fresh_map();
+        let spilled = !txn.spilled.is_empty();
         Ok(WriteTree {
             txn: &self.txn,
             base: &self.base,
@@ -1123,7 +1173,8 @@ impl<'db> WriteTx<'db> {
             state,
             map,
             fresh_pages,
-            tail: Vec::new(),
+            spilled,
+            tail: Default::default(),
         })
     }
 
@@ -1195,6 +1246,7 @@ impl<'db> WriteTx<'db> {
                 names: txn.names.clone(),
                 undo_len: txn.undo.len(),
                 held_len: txn.held_fresh.len(),
+                spilled: txn.spilled.clone(),
                 high_water: txn.high_water,
                 freemap_changes: txn.freemap_changes.clone(),
             },
@@ -1215,6 +1267,7 @@ impl<'db> WriteTx<'db> {
         let saved = sp.saved.clone();
         txn.undo_to(saved.undo_len, saved.high_water);
         txn.held_fresh.truncate(saved.held_len);
+        txn.spilled = saved.spilled;
         txn.trees = saved.trees;
         txn.names = saved.names;
         txn.freemap_changes = saved.freemap_changes;

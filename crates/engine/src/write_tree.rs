@@ -63,6 +63,9 @@ pub struct WriteTree<'tx> {
     /// Covers the overflow runs the transaction wrote (`fresh_pages` pages of it).
     pub(crate) map: Arc<Map>,
     pub(crate) fresh_pages: PageId,
+    /// The transaction wrote leaves before its commit (`Txn::spill`): committed pages are
+    /// read through `map`, which holds those too, up to `fresh_pages`.
+    pub(crate) spilled: bool,
     /// The rightmost path kept by [`WriteTree::append`] (append.rs); any other edit clears it.
     pub(crate) tail: Tail,
 }
@@ -150,13 +153,24 @@ impl<'tx> WriteTree<'tx> {
             self.map = txn.map.clone();
         }
         self.fresh_pages = txn.fresh_pages();
+        self.spilled = !txn.spilled.is_empty();
         r
     }
 
     fn reader(&self) -> TreeReader<'_> {
         let ps = self.limits.page_size;
+        let base = if self.spilled {
+            View {
+                map: &self.map,
+                page_size: ps,
+                high_water: self.fresh_pages,
+                verify: self.verify,
+            }
+        } else {
+            View::new(&self.base.map, &self.base.meta, self.verify)
+        };
         TreeReader {
-            base: View::new(&self.base.map, &self.base.meta, self.verify),
+            base,
             fresh: View {
                 map: &self.map,
                 page_size: ps,
@@ -202,8 +216,11 @@ impl<'tx> WriteTree<'tx> {
     /// transaction, or it is [`crate::Error::KeyNotGreater`] and nothing changes. No search
     /// per key: the tree's rightmost path stays in memory between appends, and leaves are
     /// filled to capacity (an `insert` in order fills them almost as well, but searches from
-    /// the root every time). Appends mix freely with every other operation; the first append
-    /// after another edit walks the rightmost path once. Limits as for [`WriteTree::insert`].
+    /// the root every time). The leaves it fills are written before the commit, 16 at a time
+    /// ([`crate::IoStats::spilled_pages`]), so a long append holds few of them in memory; an
+    /// error of such a write fails the append that made it, with nothing changed. Appends mix
+    /// freely with every other operation; the first append after another edit walks the
+    /// rightmost path once. Limits as for [`WriteTree::insert`].
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
@@ -221,8 +238,8 @@ impl<'tx> WriteTree<'tx> {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        let last = match self.tail.last() {
-            Some(&leaf) => Some(self.state.nodes[leaf].last_key()),
+        let last = match self.tail.leaf() {
+            Some(leaf) => Some(self.state.nodes[leaf].last_key()),
             None => self.last()?.map(|(k, _)| k),
         };
         if let Some(last) = last {
@@ -235,7 +252,7 @@ impl<'tx> WriteTree<'tx> {
         }
         // The common case needs nothing of the transaction: an inline entry that fits the
         // last leaf, which is already dirty and in this handle's arena.
-        if let Some(&leaf) = self.tail.last() {
+        if let Some(leaf) = self.tail.leaf() {
             let cap = self.limits.capacity;
             if key.len() <= self.limits.max_key && self.limits.inline(key.len(), value.len()) {
                 let val = Val::Inline(value);

@@ -349,6 +349,14 @@ impl Pager {
     /// Make sure the file holds at least `pages` pages, growing it ahead in chunks (so most
     /// commits do not change its size) and the map reservation with it.
     pub fn ensure_pages(&self, pages: PageId) -> Result<()> {
+        self.ensure_pages_ahead(pages, u64::MAX)
+    }
+
+    /// [`Pager::ensure_pages`], growing at most `most_ahead` bytes past what it needs: for
+    /// a writer that grows the file a little at a time towards an end it does not know yet
+    /// (a long append writing its leaves before the commit), so the file does not keep 1/8
+    /// of itself allocated past its last page once that writer stops.
+    pub fn ensure_pages_ahead(&self, pages: PageId, most_ahead: u64) -> Result<()> {
         self.check_writable()?;
         let need = pages.checked_mul(self.page_size as u64).ok_or_else(|| {
             PagerError::io("grow", &self.path, std::io::Error::other("file too large"))
@@ -367,7 +375,7 @@ impl Pager {
         if need <= cur {
             return Ok(());
         }
-        let step = growth_step(cur);
+        let step = growth_step(cur).min(most_ahead);
         let ps = self.page_size as u64;
         let target = need.max(cur + step).min(MAX_FILE_BYTES).div_ceil(ps) * ps;
         if let Err(e) = self.storage.set_len(target) {
