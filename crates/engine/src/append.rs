@@ -31,9 +31,9 @@ use larch_pager::ManifestRun;
 pub(crate) const SPILL_BATCH: usize = 16;
 
 /// The most a spill grows the file past the pages it writes: a long append grows it in
-/// steps of 4 MiB, not 1/8 of the file (`larch_pager::growth_step`), so that what the append
+/// steps of 1 MiB, not 1/8 of the file (`larch_pager::growth_step`), so that what the append
 /// leaves allocated past its last page stays small.
-pub(crate) const SPILL_GROWTH: u64 = 4 << 20;
+pub(crate) const SPILL_GROWTH: u64 = 1 << 20;
 
 thread_local! {
     static SPILL_BATCH_OVERRIDE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
