@@ -10,7 +10,7 @@ use larch_pager::{PageHeader, PageRole, PageType};
 use crate::error::{Error, Result};
 use crate::node::{Child, Node, NodeIdx, Run, Val};
 use crate::node_page::{ValRef, OVERFLOW_HEADER};
-use crate::view::{View, MAX_DEPTH};
+use crate::view::MAX_DEPTH;
 use crate::write::{TreeIdx, Txn};
 
 /// A node that split: the separator and the new right node.
@@ -48,14 +48,8 @@ impl Txn {
         match child {
             Child::Node(i) => Ok(i),
             Child::Page(p) => {
-                let (map, high_water) = self.committed_map();
-                let view = View {
-                    map: &map,
-                    page_size: self.limits.page_size,
-                    high_water,
-                    verify: self.db.opts.verify_checksums,
-                };
-                let page = view.node(p, role)?;
+                let pages = self.committed_pages();
+                let page = pages.view().node(p, role)?;
                 let written = self
                     .writer
                     .written
@@ -519,13 +513,8 @@ impl Txn {
     /// how many entries it held.
     pub(crate) fn free_subtree(&mut self, root: Child, depth: u32, role: PageRole) -> Result<u64> {
         let mut entries = 0u64;
-        let (map, high_water) = self.committed_map();
-        let view = View {
-            map: &map,
-            page_size: self.limits.page_size,
-            high_water,
-            verify: self.db.opts.verify_checksums,
-        };
+        let pages = self.committed_pages();
+        let view = pages.view();
         let mut stack = vec![(root, depth)];
         let mut visited: u64 = 0;
         while let Some((c, level)) = stack.pop() {

@@ -342,7 +342,7 @@ impl Txn {
     /// The view committed pages are read through: the base snapshot's, or once this
     /// transaction has written leaves before its commit (`Txn::spill`), the latest map up to
     /// the pages this transaction wrote, which holds those leaves too (a tree's `Child::Page`
-    /// may be one). The map the view reads is [`Txn::committed_map`]'s.
+    /// may be one). [`Txn::committed_pages`] holds the same apart from the transaction.
     pub(crate) fn committed_view(&self) -> View<'_> {
         if self.spilled.is_empty() {
             self.base_view()
@@ -356,13 +356,19 @@ impl Txn {
         }
     }
 
-    /// The map and page limit of [`Txn::committed_view`], held apart from the transaction
-    /// (for code that reads a page and then changes the transaction).
-    pub(crate) fn committed_map(&self) -> (Arc<Map>, PageId) {
-        if self.spilled.is_empty() {
+    /// What [`Txn::committed_view`] reads, held apart from the transaction (for code that
+    /// reads a page and then changes the transaction).
+    pub(crate) fn committed_pages(&self) -> CommittedPages {
+        let (map, high_water) = if self.spilled.is_empty() {
             (Arc::clone(&self.base.map), self.base.meta.high_water)
         } else {
             (Arc::clone(&self.map), self.fresh_pages())
+        };
+        CommittedPages {
+            map,
+            high_water,
+            page_size: self.limits.page_size,
+            verify: self.db.opts.verify_checksums,
         }
     }
 
@@ -1320,6 +1326,25 @@ impl Txn {
     pub(crate) fn fresh_pages(&self) -> PageId {
         let ps = self.limits.page_size as u64;
         (self.db.pager.file_len() / ps).min(self.high_water)
+    }
+}
+
+/// The map and page limit committed pages are read through ([`Txn::committed_pages`]).
+pub(crate) struct CommittedPages {
+    map: Arc<Map>,
+    high_water: PageId,
+    page_size: usize,
+    verify: bool,
+}
+
+impl CommittedPages {
+    pub(crate) fn view(&self) -> View<'_> {
+        View {
+            map: &self.map,
+            page_size: self.page_size,
+            high_water: self.high_water,
+            verify: self.verify,
+        }
     }
 }
 
