@@ -99,7 +99,8 @@ impl SpareNodes {
         self.arena_len + self.arena_len / 4
     }
 
-    /// Keep `n`'s buffers, emptied, unless enough are kept or they grew past two pages.
+    /// Keep `n`'s buffers, emptied, unless enough are kept, they grew past two pages, or
+    /// there are none (a placeholder: a leaf written before the commit, `Txn::spill`).
     pub fn put(&mut self, n: Node, page_size: usize) {
         let Node {
             mut bytes,
@@ -108,7 +109,8 @@ impl SpareNodes {
             ..
         } = n;
         let size = Self::size(&bytes, &ents, &children);
-        if self.bytes + size > Self::MAX_BYTES
+        if size == 0
+            || self.bytes + size > Self::MAX_BYTES
             || bytes.capacity() > 2 * page_size
             || ents.capacity() > page_size / 4
         {
