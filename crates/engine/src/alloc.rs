@@ -172,6 +172,7 @@ impl Txn {
         self.park();
         for t in &mut self.trees {
             t.nodes.clear();
+            t.full_leaves.clear();
         }
         self.freemap_changes.clear();
     }

@@ -13,18 +13,19 @@
 //! deleted tree (none possible while the handle is open) never sees it.
 //!
 //! A leaf left full is final unless a later edit of the same transaction lands in it, so a
-//! long append does not keep it in memory until the commit: the tail notes each one with the
-//! branch that holds it, and every [`SPILL_BATCH`] of them are written at once before the
-//! commit (`Txn::spill`, docs/format.md "Pages written before the commit"). Their branch
-//! then holds their pages, their buffers serve the next leaves, and the commit lists them in
-//! its manifest with the pages it writes itself.
+//! long append does not keep it in memory until the commit: the tree notes each one with the
+//! branch that holds it (`TreeState::full_leaves`; so does an insert that splits the last
+//! leaf of a branch at its end, redistribute.rs), and every [`SPILL_BATCH`] of them are
+//! written at once before the commit (`Txn::spill`, docs/format.md "Pages written before the
+//! commit"). Their branch then holds their pages, their buffers serve the next leaves, and
+//! the commit lists them in its manifest with the pages it writes itself.
 
 use crate::alloc::PROVISIONAL;
 use crate::error::{Error, Result};
 use crate::mutate::separator;
 use crate::node::{Child, Node, NodeIdx, Val};
 use crate::write::{TreeIdx, Txn};
-use larch_pager::ManifestRun;
+use larch_pager::{ManifestRun, PageRole};
 
 /// How many full leaves a spill writes at once: 64 KiB of 4 KiB pages, one write call
 /// (`larch_pager::WRITE_PIECE`) when the free set or the end of the file has the run.
@@ -61,16 +62,12 @@ fn spill_batch() -> usize {
 pub(crate) struct Tail {
     /// The rightmost path of the tree, root first: every node on it is dirty.
     path: Vec<NodeIdx>,
-    /// Leaves the path left full and not yet written, each with the branch that holds it.
-    full: Vec<(NodeIdx, NodeIdx)>,
 }
 
 impl Tail {
-    /// Forget the path (another edit may have changed it) and the full leaves noted: those
-    /// stay dirty and the commit writes them.
+    /// Forget the path (another edit may have changed it).
     pub(crate) fn clear(&mut self) {
         self.path.clear();
-        self.full.clear();
     }
 
     /// The last leaf.
@@ -92,11 +89,7 @@ impl Txn {
     ) -> Result<()> {
         self.limits_check(key, value.len())?;
         self.activate(t);
-        if tail.full.len() >= spill_batch() {
-            // Before this append changes anything: if the write fails, nothing has.
-            let full = std::mem::take(&mut tail.full);
-            self.spill(&full)?;
-        }
+        self.spill_full_leaves(t)?;
         if tail.path.is_empty() {
             self.find_tail(t, &mut tail.path, key)?;
         }
@@ -146,7 +139,7 @@ impl Txn {
                 };
                 tail.path.insert(0, root);
                 if full == leaf {
-                    tail.full.push((leaf, root));
+                    self.trees[t].full_leaves.push((leaf, root));
                 }
                 return Ok(());
             }
@@ -155,7 +148,7 @@ impl Txn {
             if full == leaf {
                 // The full leaf stays this branch's last child whatever happens next: a new
                 // child goes after it, or into a new branch beside this one.
-                tail.full.push((leaf, parent));
+                self.trees[t].full_leaves.push((leaf, parent));
             }
             if self.nodes[parent].has_room(Node::branch_entry_size(&sep), cap) {
                 self.nodes[parent].push_child(&sep, Child::Node(child));
@@ -171,6 +164,17 @@ impl Txn {
         }
     }
 
+    /// Once tree `t` (active) has noted [`SPILL_BATCH`] full leaves, write them
+    /// ([`Txn::spill`]): called by an append or an insert before it changes anything, so that
+    /// if the write fails, nothing has changed (the leaves stay dirty, the commit writes them).
+    pub(crate) fn spill_full_leaves(&mut self, t: TreeIdx) -> Result<()> {
+        if self.trees[t].full_leaves.len() < spill_batch() || self.trees[t].role != PageRole::Data {
+            return Ok(());
+        }
+        let full = std::mem::take(&mut self.trees[t].full_leaves);
+        self.spill(&full)
+    }
+
     /// Write the full leaves `full` noted (each with the branch that holds it) before the
     /// commit, as one run of pages where the free set or the end of the file has one: their
     /// branch then holds their pages and their buffers go back to the writer's spares. The
@@ -178,25 +182,33 @@ impl Txn {
     /// that reaches them is written, nothing does, and a transaction that does not commit
     /// gives them back (`Undo::Alloc`). A leaf that is no longer as the append left it
     /// (merged away, no longer that branch's child) or that holds an overflow run this
-    /// transaction wrote (listed through its leaf at commit) stays dirty. On an error
-    /// nothing has changed but the pages written, which are free again.
+    /// transaction wrote (listed through its leaf at commit) stays dirty: each leaf is
+    /// checked as it is now, so a note an edit made stale costs nothing but the write of a
+    /// leaf that is still its branch's child. On an error nothing has changed but the pages
+    /// written, which are free again.
     pub(crate) fn spill(&mut self, full: &[(NodeIdx, NodeIdx)]) -> Result<()> {
         if !self.gathers_pages() || self.gathered {
             return Ok(());
         }
         let mut batch: Vec<(NodeIdx, NodeIdx, usize, u64)> = Vec::with_capacity(full.len());
         for &(leaf, parent) in full {
-            let n = &self.nodes[leaf];
+            let (Some(n), Some(b)) = (self.nodes.get(leaf), self.nodes.get(parent)) else {
+                continue;
+            };
             if !n.live || !n.leaf || n.page < PROVISIONAL || n.fresh_runs().next().is_some() {
                 continue;
             }
-            let b = &self.nodes[parent];
             if !b.live || b.leaf {
                 continue;
             }
             let Some(pos) = b.children.iter().rposition(|&c| c == Child::Node(leaf)) else {
                 continue;
             };
+            if batch.iter().any(|&(l, ..)| l == leaf) {
+                // Noted twice (split at its end again after its right sibling went): one
+                // page, or the first would stay allocated with nothing reaching it.
+                continue;
+            }
             batch.push((leaf, parent, pos, n.page));
         }
         if batch.is_empty() {

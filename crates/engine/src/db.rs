@@ -53,9 +53,10 @@ pub struct IoStats {
     /// (unless a sync had overtaken the point meanwhile), instead of making themselves
     /// durable.
     pub point_waits: u64,
-    /// Leaves a sorted append ([`crate::WriteTree::append`]) wrote before their
-    /// transaction's commit, 16 at a time, so that a long append keeps a bounded number of
-    /// finished leaves in memory (whether their transaction committed or not).
+    /// Leaves left full behind keys arriving in order (a sorted append,
+    /// [`crate::WriteTree::append`], or inserts in key order) written before their
+    /// transaction's commit, 16 at a time, so that a long load keeps few finished leaves in
+    /// memory (whether their transaction committed or not).
     pub spilled_pages: u64,
     /// Txid of the newest commit (commits made, counting those of earlier handles).
     pub commits: u64,

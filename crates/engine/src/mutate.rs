@@ -153,6 +153,7 @@ impl Txn {
     pub(crate) fn insert(&mut self, t: TreeIdx, key: &[u8], value: &[u8]) -> Result<bool> {
         self.limits_check(key, value.len())?;
         self.activate(t);
+        self.spill_full_leaves(t)?;
         let role = self.trees[t].role;
         let val = if self.limits.inline(key.len(), value.len()) {
             Val::Inline(value)

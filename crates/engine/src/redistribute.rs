@@ -60,9 +60,16 @@ impl Txn {
         // The last leaf of its branch, grown at its end: keys are arriving in order, and the
         // left node stays full behind them (a leaf grown at its end elsewhere is one in
         // fifteen or so of a random load's).
-        self.nodes[c].sequential |= at_end && i + 1 == self.nodes[parent].children.len();
+        let in_order = at_end && i + 1 == self.nodes[parent].children.len();
+        self.nodes[c].sequential |= in_order;
         let (sep, right) = self.split(c, at_end);
         self.nodes[parent].insert_child(i + 1, &sep, Child::Node(right));
+        if in_order && self.nodes[c].role == PageRole::Data && self.gathers_pages() {
+            // Full behind keys arriving in order: written before the commit with the next
+            // ones (append.rs, `Txn::spill`). A user's tree only: the catalog and the free
+            // map are edited by the commit itself, whose allocations must all come after.
+            self.trees[self.active].full_leaves.push((c, parent));
+        }
         Ok(())
     }
 

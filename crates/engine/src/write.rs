@@ -41,6 +41,10 @@ pub(crate) struct TreeState {
     pub nodes: Vec<Node>,
     /// Lent to an open [`WriteTree`]: this entry is a placeholder until the tree is dropped.
     pub lent: bool,
+    /// Leaves left full behind keys arriving in order (a sorted append's, the left half of a
+    /// split at the end of the tree), each with the branch that took it then, not written yet:
+    /// `Txn::spill` writes them before the commit, 16 at a time (append.rs).
+    pub full_leaves: Vec<(crate::node::NodeIdx, crate::node::NodeIdx)>,
 }
 
 impl TreeState {
@@ -54,6 +58,7 @@ impl TreeState {
             dirty: false,
             deleted: false,
             nodes: Vec::new(),
+            full_leaves: Vec::new(),
             lent: false,
         }
     }
@@ -448,6 +453,7 @@ impl Txn {
         }
         self.nodes.clear();
         let t = &mut self.trees[idx];
+        t.full_leaves.clear();
         t.root = None;
         t.entries = 0;
         t.depth = 0;

@@ -105,6 +105,7 @@ fn placeholder() -> TreeState {
         deleted: false,
         nodes: Vec::new(),
         lent: true,
+        full_leaves: Vec::new(),
     }
 }
 
@@ -217,8 +218,9 @@ impl<'tx> WriteTree<'tx> {
     /// per key: the tree's rightmost path stays in memory between appends, and leaves are
     /// filled to capacity (an `insert` in order fills them almost as well, but searches from
     /// the root every time). The leaves it fills are written before the commit, 16 at a time
-    /// ([`crate::IoStats::spilled_pages`]), so a long append holds few of them in memory; an
-    /// error of such a write fails the append that made it, with nothing changed. Appends mix
+    /// ([`crate::IoStats::spilled_pages`]; so are those inserts in key order fill), so a long
+    /// append holds few of them in memory; an error of such a write fails the append (or
+    /// insert) that made it, with nothing changed. Appends mix
     /// freely with every other operation; the first append after another edit walks the
     /// rightmost path once. Limits as for [`WriteTree::insert`].
     ///
