@@ -2667,7 +2667,7 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
     // writer runs on this thread; recovery opens build their free sets here too.
     larch::set_bulk_batch_min(if seed % 2 == 0 { 1 } else { 0 });
     // Two seeds in three write the full leaves of their appends before the commit in
-    // batches of 1 or 2 (`larch::set_spill_batch`; the built-in 16 needs longer appends than
+    // batches of 1 or 2 (`larch::set_spill_batch`; the built-in 64 needs longer appends than
     // these make), so cuts land between those writes, failed edits and aborts give their
     // pages back, and later edits of a transaction copy a leaf it wrote.
     larch::set_spill_batch([1, 2, 0][(seed / 2 % 3) as usize]);

@@ -327,7 +327,7 @@ struct Seen {
 /// pages and at most one chunk, and two adjacent writes of the same flag are split only
 /// because the first filled a chunk. The first `spills` writes are those the transaction
 /// made before its commit (an append's full leaves, `IoStats::spilled_pages`): in key order,
-/// 16 pages at most each, and apart from the commit's own in the adjacency check.
+/// 64 pages at most each, and apart from the commit's own in the adjacency check.
 fn check_commit_writes(
     file: &std::fs::File,
     ps: u64,
@@ -359,7 +359,7 @@ fn check_commit_writes(
     }
     for w in &writes[..spills] {
         assert!(
-            w.in_order && w.len <= 16 * ps,
+            w.in_order && w.len <= 64 * ps,
             "txid {txid}: {w:?}, written before the commit, is not a batch of full leaves"
         );
     }

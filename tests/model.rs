@@ -1080,7 +1080,7 @@ fn run(cfg: Config, ops: &[Op]) -> Result<(), TestCaseError> {
     // trees would not reach at their real thresholds (32 runs and 1/8 of the set).
     larch::set_bulk_batch_min(if ops.len() % 2 == 0 { 1 } else { 0 });
     // Two cases in three write the full leaves of their appends before the commit in
-    // batches of 1 or 2 (`larch::set_spill_batch`), where the built-in 16 would need
+    // batches of 1 or 2 (`larch::set_spill_batch`), where the built-in 64 would need
     // longer appends than these make; the third keeps the built-in batch.
     larch::set_spill_batch([1, 2, 0][(ops.len() / 2) % 3]);
     let dir = tempfile::tempdir().expect("tempdir");

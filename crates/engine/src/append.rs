@@ -27,9 +27,11 @@ use crate::node::{Child, Node, NodeIdx, Val};
 use crate::write::{TreeIdx, Txn};
 use larch_pager::{ManifestRun, PageRole};
 
-/// How many full leaves a spill writes at once: 64 KiB of 4 KiB pages, one write call
-/// (`larch_pager::WRITE_PIECE`) when the free set or the end of the file has the run.
-pub(crate) const SPILL_BATCH: usize = 16;
+/// How many full leaves a spill writes at once: 256 KiB of 4 KiB pages in one write call
+/// when the free set or the end of the file has the run, so a big transaction makes about as
+/// few write calls as its commit would (one per 1 MiB run), and holds no more than this many
+/// finished leaves in memory.
+pub(crate) const SPILL_BATCH: usize = 64;
 
 /// The most a spill grows the file past the pages it writes: a long append grows it in
 /// steps of 1 MiB, not 1/8 of the file (`larch_pager::growth_step`), so that what the append

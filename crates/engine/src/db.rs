@@ -55,7 +55,7 @@ pub struct IoStats {
     pub point_waits: u64,
     /// Leaves left full behind keys arriving in order (a sorted append,
     /// [`crate::WriteTree::append`], or inserts in key order) written before their
-    /// transaction's commit, 16 at a time, so that a long load keeps few finished leaves in
+    /// transaction's commit, 64 at a time, so that a long load keeps few finished leaves in
     /// memory (whether their transaction committed or not).
     pub spilled_pages: u64,
     /// Txid of the newest commit (commits made, counting those of earlier handles).

@@ -43,7 +43,7 @@ pub(crate) struct TreeState {
     pub lent: bool,
     /// Leaves left full behind keys arriving in order (a sorted append's, the left half of a
     /// split at the end of the tree), each with the branch that took it then, not written yet:
-    /// `Txn::spill` writes them before the commit, 16 at a time (append.rs).
+    /// `Txn::spill` writes them before the commit, 64 at a time (append.rs).
     pub full_leaves: Vec<(crate::node::NodeIdx, crate::node::NodeIdx)>,
 }
 

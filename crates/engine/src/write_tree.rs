@@ -217,7 +217,7 @@ impl<'tx> WriteTree<'tx> {
     /// transaction, or it is [`crate::Error::KeyNotGreater`] and nothing changes. No search
     /// per key: the tree's rightmost path stays in memory between appends, and leaves are
     /// filled to capacity (an `insert` in order fills them almost as well, but searches from
-    /// the root every time). The leaves it fills are written before the commit, 16 at a time
+    /// the root every time). The leaves it fills are written before the commit, 64 at a time
     /// ([`crate::IoStats::spilled_pages`]; so are those inserts in key order fill), so a long
     /// append holds few of them in memory; an error of such a write fails the append (or
     /// insert) that made it, with nothing changed. Appends mix
