@@ -14,8 +14,8 @@
 //!
 //! A leaf left full is final unless a later edit of the same transaction lands in it, so a
 //! long append does not keep it in memory until the commit: the tree notes each one with the
-//! branch that holds it (`TreeState::full_leaves`; so does an insert that splits the last
-//! leaf of a branch at its end, redistribute.rs), and every [`SPILL_BATCH`] of them are
+//! branch that holds it (`TreeState::full_leaves`; so does an insert that splits the tree's
+//! last leaf at its end, redistribute.rs), and every [`SPILL_BATCH`] of them are
 //! written at once before the commit (`Txn::spill`, docs/format.md "Pages written before the
 //! commit"). Their branch then holds their pages, their buffers serve the next leaves, and
 //! the commit lists them in its manifest with the pages it writes itself.

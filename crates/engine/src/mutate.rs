@@ -170,7 +170,7 @@ impl Txn {
             }
         };
         self.trees[t].root = Some(Child::Node(root));
-        let (existed, split) = self.insert_at(root, key, val, 1)?;
+        let (existed, split) = self.insert_at(root, key, val, 1, true)?;
         if let Some((sep, right)) = split {
             self.grow_root(t, root, sep, right);
         }
@@ -180,7 +180,15 @@ impl Txn {
         Ok(existed)
     }
 
-    fn insert_at(&mut self, id: NodeIdx, key: &[u8], val: Val<'_>, level: u32) -> Result<Inserted> {
+    /// Insert into the subtree at `id`; `edge`: `id` is on the tree's rightmost path.
+    fn insert_at(
+        &mut self,
+        id: NodeIdx,
+        key: &[u8],
+        val: Val<'_>,
+        level: u32,
+        edge: bool,
+    ) -> Result<Inserted> {
         if level > MAX_DEPTH {
             return Err(too_deep(self.nodes[id].page));
         }
@@ -197,14 +205,15 @@ impl Txn {
             let c = self.touch(self.nodes[id].children[i], role)?;
             self.nodes[id].children[i] = Child::Node(c);
             let before = self.nodes[id].children.len();
+            let last = i + 1 == before;
             if self.nodes[c].leaf {
                 let (e, end) = self.insert_in_leaf(c, key, val);
                 existed = e;
                 if self.nodes[c].size() > self.limits.capacity {
-                    self.leaf_overflow(id, i, c, end)?;
+                    self.leaf_overflow(id, i, c, end, edge && last)?;
                 }
             } else {
-                let (e, split) = self.insert_at(c, key, val, level + 1)?;
+                let (e, split) = self.insert_at(c, key, val, level + 1, edge && last)?;
                 existed = e;
                 if let Some((sep, right)) = split {
                     self.node_mut(id)

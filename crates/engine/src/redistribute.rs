@@ -22,14 +22,16 @@ use crate::write::Txn;
 
 impl Txn {
     /// Leaf `c`, child `i` of branch `parent`, is over capacity after an insert (`at_end`:
-    /// the new entry is its last). Share its entries with a sibling, or split two siblings
-    /// into three, or split it in two, inserting the new child into `parent`.
+    /// the new entry is its last; `edge`: `c` is the tree's last leaf). Share its entries
+    /// with a sibling, or split two siblings into three, or split it in two, inserting the
+    /// new child into `parent`.
     pub(crate) fn leaf_overflow(
         &mut self,
         parent: NodeIdx,
         i: usize,
         c: NodeIdx,
         at_end: bool,
+        edge: bool,
     ) -> Result<()> {
         if !at_end {
             if let Some(s) = self.sharing_sibling(parent, i, c)? {
@@ -64,9 +66,11 @@ impl Txn {
         self.nodes[c].sequential |= in_order;
         let (sep, right) = self.split(c, at_end);
         self.nodes[parent].insert_child(i + 1, &sep, Child::Node(right));
-        if in_order && self.nodes[c].role == PageRole::Data && self.gathers_pages() {
-            // Full behind keys arriving in order: written before the commit with the next
-            // ones (append.rs, `Txn::spill`). A user's tree only: the catalog and the free
+        if in_order && edge && self.nodes[c].role == PageRole::Data && self.gathers_pages() {
+            // Full behind keys arriving in order past the tree's last key (the leaf is the
+            // tree's last): written before the commit with the next ones (append.rs,
+            // `Txn::spill`). Not the last leaf of any other branch, which random inserts grow
+            // at its end too and come back to. A user's tree only: the catalog and the free
             // map are edited by the commit itself, whose allocations must all come after.
             self.trees[self.active].full_leaves.push((c, parent));
         }

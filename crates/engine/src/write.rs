@@ -42,7 +42,8 @@ pub(crate) struct TreeState {
     /// Lent to an open [`WriteTree`]: this entry is a placeholder until the tree is dropped.
     pub lent: bool,
     /// Leaves left full behind keys arriving in order (a sorted append's, the left half of a
-    /// split at the end of the tree), each with the branch that took it then, not written yet:
+    /// split of the tree's last leaf at its end), each with the branch that took it then, not
+    /// written yet:
     /// `Txn::spill` writes them before the commit, 64 at a time (append.rs).
     pub full_leaves: Vec<(crate::node::NodeIdx, crate::node::NodeIdx)>,
 }
