@@ -4,7 +4,8 @@
 //! the lock file on its own (their locks exclude each other as two processes' would), and
 //! their writes, syncs, resizes and compaction's directory operations go to one log in the
 //! order the disk saw them (larch-testkit's `directory`). Every cut of that log, with what came
-//! after the last sync landing in several ways, must open at a whole committed state no older
+//! after the last sync landing in several ways (testkit's `every_cut`: none, all, at random,
+//! and after a meta all but one earlier write), must open at a whole committed state no older
 //! than the newest commit acknowledged durable, and take a new commit.
 //!
 //! The scripts hand the writer lock back and forth under every durability: a process that
@@ -32,7 +33,7 @@
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
 use larch_testkit::processes::{
-    every_cut_three_ways, newest_meta, open_cut, published, tree_in, tree_of, Tree,
+    every_cut, newest_meta, open_cut, published, tree_in, tree_of, Tree,
 };
 use support::images::Image;
 use support::recording::{open_rw, IoOp};
@@ -1047,10 +1048,10 @@ fn run(label: &str, seed: u64, steps: usize) -> Trace {
     sim.finish()
 }
 
-/// Every cut of `trace`, three images each; how many.
+/// Every cut of `trace`, three or four images each (`every_cut`); how many.
 fn verify(trace: &Trace, label: &str, seed: u64) -> usize {
     let dir = scratch_dir();
-    every_cut_three_ways(trace.ops.len(), seed, |k, how| {
+    every_cut(&trace.ops, trace.page_size, seed, |k, how| {
         verify_cut(trace, k, how, dir.path(), label)
     })
 }

@@ -41,10 +41,16 @@
 //! background compaction may run; the check waits out a switch between its rename and its
 //! lock-file reset), the lock file must name no commit newer than the database's newest meta,
 //! and that never goes back. Every cut of the log (images DurableOnly, Everything and Random,
-//! as tests/crash_processes.rs) must open, check clean, show a whole committed state no older
-//! than the newest one acknowledged durable, and take a new commit; a cut that opens a file
-//! into which a durable point wrote its meta (durable by itself) must open it at that txid or
-//! a newer one.
+//! and after a meta one with an earlier write not durable lost, as tests/crash_processes.rs:
+//! testkit's `every_cut`) must open, check clean, show a whole committed state no older than
+//! the newest one acknowledged durable, and take a new commit; a cut that opens a file into
+//! which a durable point wrote its meta (durable by itself) must open it at that txid or a
+//! newer one.
+//!
+//! One commit in six rewrites the tree's tail in key order (`tail`), appended or inserted,
+//! and so does half the aborted transactions: the leaves it fills are written before the
+//! commit, one or two at a time, while switches, syncs, durable points and a second process
+//! race them; the test requires such leaves in committed and in aborted transactions.
 //!
 //! A quarter of the seeds make directory fsyncs fail (`dir_faults_of`, `DirFaults`):
 //! `SlowFs::sync_dir` returns an error without fsyncing, so the log records no directory sync.
@@ -74,7 +80,7 @@
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
 use larch_testkit::processes::{
-    every_cut_three_ways, newest_meta, open_cut, published, tree_in, tree_of, Tree,
+    every_cut, newest_meta, open_cut, published, tree_in, tree_of, Tree,
 };
 use support::images::Image;
 use support::recording::{open_rw, IoOp, SyncRecorded};
@@ -160,6 +166,13 @@ struct Run {
     failure: Mutex<Option<String>>,
     /// Second-process opens that failed (their directory fsync did).
     opens_failed: AtomicUsize,
+    /// Commits that rewrote the tree's tail in key order (`tail`; a commit may still fail),
+    /// and the leaves they wrote before their commit (`IoStats::spilled_pages`).
+    tails: AtomicUsize,
+    spilled: AtomicUsize,
+    /// The same of transactions aborted.
+    aborted_tails: AtomicUsize,
+    aborted_spilled: AtomicUsize,
 }
 
 /// A process: its handle and its compaction file system, which knows whether a directory
@@ -495,6 +508,13 @@ fn commit(run: &Run, p: &Process, d: Durability, rng: &mut Rng, who: &str) -> Op
                 next.insert(k, v);
             }
         }
+        // One commit in six rewrites the tree's tail in key order (`tail`), writing full
+        // leaves before the commit.
+        if rng.below(6) == 0 {
+            let spilled = tail(run, p, &mut t, &mut next, seq + 1, rng, who)?;
+            run.tails.fetch_add(1, SeqCst);
+            run.spilled.fetch_add(spilled, SeqCst);
+        }
         let s = (seq + 1).to_be_bytes().to_vec();
         run.ok(fs, who, "insert", t.insert(SEQ, &s))?;
         next.insert(SEQ.to_vec(), s);
@@ -513,6 +533,41 @@ fn commit(run: &Run, p: &Process, d: Durability, rng: &mut Rng, who: &str) -> Op
         _ => {}
     }
     Some(seq + 1)
+}
+
+/// The keys after [`SEQ`] (the tree's tail) of commit `seq`'s tree `t` go, and 30 to 120 keys
+/// of 100 to 300 bytes come in key order, appended or inserted: with the thread's spill batch
+/// of 1 or 2 (`larch::set_spill_batch`), the leaves they fill are written before the commit
+/// (docs/format.md, "Pages written before the commit"), as one run each, while switches,
+/// syncs, durable points and a second process race them. `next` follows. How many leaves were
+/// written before the commit, or `None` if a call failed (`Run::ok`).
+fn tail(
+    run: &Run,
+    p: &Process,
+    t: &mut larch::WriteTree<'_>,
+    next: &mut Tree,
+    seq: u64,
+    rng: &mut Rng,
+    who: &str,
+) -> Option<usize> {
+    let fs = &*p.fs;
+    let before = p.db.io_stats().spilled_pages;
+    let from: &[u8] = b"z";
+    run.ok(fs, who, "remove_range", t.remove_range(from..))?;
+    next.retain(|k, _| k.as_slice() < from);
+    let append = rng.below(2) == 0;
+    for i in 0..30 + rng.below(91) {
+        let k = format!("z-{seq:06}-{i:04}").into_bytes();
+        let v = vec![(seq as u8).wrapping_add(i as u8); 100 + rng.below(201) as usize];
+        if append {
+            run.ok(fs, who, "append", t.append(&k, &v))?;
+        } else {
+            run.ok(fs, who, "insert", t.insert(&k, &v))?;
+        }
+        next.insert(k, v);
+    }
+    // The writer lock is this transaction's: no other thread's pages.
+    Some((p.db.io_stats().spilled_pages - before) as usize)
 }
 
 /// `Db::sync` of the first process; acknowledges every commit of it that returned before.
@@ -605,7 +660,8 @@ fn reading(run: &Run, p: &Process, mut rng: Rng, _stop: Stop) {
 }
 
 /// The helper that commits (Sync: with the main thread's Sync commits, group commits).
-fn committing(run: &Run, p: &Process, mut rng: Rng, _stop: Stop) {
+fn committing(run: &Run, p: &Process, mut rng: Rng, spill_batch: usize, _stop: Stop) {
+    larch::set_spill_batch(spill_batch);
     while !run.stop.load(SeqCst) {
         {
             let _q = run.quiet.read().unwrap();
@@ -1080,6 +1136,10 @@ fn run(
         }),
         failure: Mutex::new(None),
         opens_failed: AtomicUsize::new(0),
+        tails: AtomicUsize::new(0),
+        spilled: AtomicUsize::new(0),
+        aborted_tails: AtomicUsize::new(0),
+        aborted_spilled: AtomicUsize::new(0),
     };
     let (fs, db) = run.open_process(opts, false);
     let first = Process {
@@ -1088,6 +1148,10 @@ fn run(
     };
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut high_mark = (0, 0);
+    // Full leaves of the tails (`tail`) are written 1 or 2 at a time: the built-in 64 needs
+    // longer ones. The main thread's (the second process's too) and the committing thread's.
+    let spill_batch = 1 + (seed / 2 % 2) as usize;
+    larch::set_spill_batch(spill_batch);
     std::thread::scope(|s| {
         let (r, p) = (&run, &first);
         // A helper that ends (by a panic, or by a call that failed on a seed with faults)
@@ -1097,7 +1161,9 @@ fn run(
             s.spawn(move || reading(r, p, Rng(seed * 5 + 3), Stop(&r.stop))),
         ];
         if seed % 2 == 1 {
-            helpers.push(s.spawn(move || committing(r, p, Rng(seed * 7 + 5), Stop(&r.stop))));
+            helpers.push(
+                s.spawn(move || committing(r, p, Rng(seed * 7 + 5), spill_batch, Stop(&r.stop))),
+            );
         }
         let stopping = Stop(&run.stop);
         for step in 0..steps {
@@ -1187,6 +1253,13 @@ fn main_step(run: &Run, p: &Process, rng: &mut Rng, background: Option<Backgroun
                 let mut t = run.ok(&p.fs, who, "open_tree", tx.open_tree("t"))?;
                 let k = key(rng.below(40));
                 run.ok(&p.fs, who, "insert", t.insert(&k, &[9u8; 7000]))?;
+                // Half of them rewrite the tail too: the leaves written before the commit
+                // go back with the rest.
+                if rng.below(2) == 0 {
+                    let spilled = tail(run, p, &mut t, &mut Tree::new(), 999_999, rng, who)?;
+                    run.aborted_tails.fetch_add(1, SeqCst);
+                    run.aborted_spilled.fetch_add(spilled, SeqCst);
+                }
             }
             tx.abort();
         }
@@ -1218,15 +1291,17 @@ fn min_durable(trace: &Trace, k: usize) -> (u64, Option<Ack>) {
     min
 }
 
-/// Every cut of `trace`, three images each; how many, and how many of them opened a file
-/// after a durable point wrote its meta there.
-fn verify(trace: &Trace, label: &str, seed: u64) -> (usize, usize) {
+/// Every cut of `trace`, three or four images each (`every_cut`: the fourth, after a meta, with
+/// an earlier write not durable lost); how many, how many of them opened a file after a
+/// durable point wrote its meta there, and how many were of the fourth kind.
+fn verify(trace: &Trace, label: &str, seed: u64) -> (usize, usize, usize) {
     let dir = scratch_dir();
-    let mut after_points = 0;
-    let n = every_cut_three_ways(trace.ops.len(), seed, |k, how| {
+    let (mut after_points, mut lost) = (0, 0);
+    let n = every_cut(&trace.ops, trace.page_size, seed, |k, how| {
         after_points += usize::from(verify_cut(trace, k, how, dir.path(), label));
+        lost += usize::from(matches!(how, Image::AllBut(_)));
     });
-    (n, after_points)
+    (n, after_points, lost)
 }
 
 /// Whether the file the cut opened had a durable point's meta written into it before the
@@ -1294,6 +1369,9 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
     let (mut switches, mut syncs, mut across, mut cuts) = (0, 0, 0, 0);
     let (mut bg, mut bg_seeds, mut closes, mut point_cuts) = (BackgroundStats::default(), 0, 0, 0);
     let (mut dirs, mut fault_seeds, mut failed_seeds) = (DirStats::default(), 0, 0);
+    // Leaves written before the commit by tails committed and aborted (`tail`).
+    let mut spilled = [0; 2];
+    let mut lost_images = 0;
     for seed in 0..seeds {
         let label = format!("seed {seed}");
         let dir = scratch_dir();
@@ -1305,13 +1383,16 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
         let steps = if background.is_some() { 36 } else { 60 };
         let (trace, run) = run(&label, seed, steps, dir.path(), background, faults);
         let ran = t0.elapsed();
-        let (n, after_points) = verify(&trace, &label, seed);
+        let (n, after_points, lost) = verify(&trace, &label, seed);
+        lost_images += lost;
         let st = BackgroundStats::of(&trace.ops);
         let ds = DirStats::of(&trace);
         eprintln!(
-            "{label}: {n} cuts over {} ops ({ran:.0?} to run, {:.0?} to cut), {} commits, {} \
+            "{label}: {n} cuts over {} ops and {lost} after a meta with a write before it \
+             lost ({ran:.0?} to run, {:.0?} to cut), {} commits, {} \
              switches, {} syncs ({} begun in a switch), {} snapshots, {} timer ticks, {} \
-             commits by the committing thread, {} second-process sessions",
+             commits by the committing thread, {} second-process sessions, {} tails in key \
+             order ({} leaves written before the commit) and {} aborted ({} leaves)",
             trace.ops.len(),
             t0.elapsed() - ran,
             trace.states.len() - 1,
@@ -1322,7 +1403,13 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
             run.ticks.load(SeqCst),
             run.helper_commits.load(SeqCst),
             run.sessions.load(SeqCst),
+            run.tails.load(SeqCst),
+            run.spilled.load(SeqCst),
+            run.aborted_tails.load(SeqCst),
+            run.aborted_spilled.load(SeqCst),
         );
+        spilled[0] += run.spilled.load(SeqCst);
+        spilled[1] += run.aborted_spilled.load(SeqCst);
         if let Some(b) = background {
             eprintln!(
                 "{label}: syncs on another thread done {} calls later, max_unsynced_bytes {} \
@@ -1392,7 +1479,10 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
         cuts += n;
     }
     eprintln!(
-        "{seeds} seeds: {cuts} cuts, {switches} switches, {syncs} syncs, {across} begun in a switch"
+        "{seeds} seeds: {cuts} cuts and {lost_images} with a write before a meta lost, \
+         {switches} switches, {syncs} syncs, {across} begun in a switch, leaves written before \
+         the commit by {} committed and {} aborted",
+        spilled[0], spilled[1]
     );
     eprintln!(
         "{bg_seeds} seeds syncing on another thread: {closes} closes with no sync before, {} \
@@ -1438,6 +1528,18 @@ fn every_cut_of_threads_racing_compaction_switches_opens_at_a_durable_whole_stat
     assert!(
         fault_seeds < 8 || dirs.retries_failed > 0,
         "no re-try of a directory fsync failed over {fault_seeds} seeds with faults: {dirs:?}"
+    );
+    assert!(
+        seeds == 0 || lost_images > 0,
+        "no cut after a meta with an earlier write not durable"
+    );
+    // Leaves written before the commit, in transactions that commit (their writes race
+    // switches, syncs and durable points) and that abort (their pages go back).
+    assert!(
+        seeds == 0 || spilled.iter().all(|&n| n > 0),
+        "leaves written before the commit over {seeds} seeds: {} committed, {} aborted",
+        spilled[0],
+        spilled[1]
     );
     // The races need switches and syncs to come up: a change to the options or the pacing
     // must not quietly stop generating them.

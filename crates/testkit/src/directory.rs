@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use larch::{CompactionFs, Storage, WriteMode};
 
-use crate::images::{land, Image};
+use crate::images::{durable_prefix, land, Image};
 use crate::recording::{IoLog, IoOp, Recording, SyncRecorded};
 use crate::Rng;
 
@@ -287,7 +287,9 @@ impl CompactionFs for RecordingFs {
 
 /// The directory (names to files) and each file's contents a cut after the first `k` of
 /// `ops` may leave, starting from files `initial` and the directory in which file 0 is
-/// named `first`. Only [`Image::DurableOnly`], [`Image::Everything`] and [`Image::Random`].
+/// named `first`. [`Image::DurableOnly`], [`Image::Everything`], [`Image::Random`], and
+/// [`Image::AllBut`] with an index into `ops` that is a file's write: that write lost whole
+/// (if it is not durable), every other operation of every file and of the directory done.
 pub fn image_at(
     initial: &[Vec<u8>],
     ops: &[Op],
@@ -301,6 +303,20 @@ pub fn image_at(
         Image::Random(seed) => seed | 1,
         _ => 1,
     });
+    // AllBut: the lost write's file, and its index among that file's operations.
+    let lost = match how {
+        Image::AllBut(j) => match &ops[j] {
+            Op::File {
+                file,
+                op: IoOp::Write { .. },
+            } => Some((
+                *file,
+                ops[..j].iter().filter(|o| o.file() == Some(*file)).count(),
+            )),
+            other => panic!("AllBut({j}): {other:?} is not a file's write"),
+        },
+        _ => None,
+    };
     // Files: each as the single-file image of its own operations, one seed across them all.
     let mut files = initial.to_vec();
     for (id, img) in files.iter_mut().enumerate() {
@@ -311,6 +327,11 @@ pub fn image_at(
                 _ => None,
             })
             .collect();
+        let how = match lost {
+            Some((file, i)) if file == id => Image::AllBut(i),
+            Some(_) => Image::Everything,
+            None => how,
+        };
         land(img, &file_ops, how, page_size, &mut rng);
     }
     // Directory: durable up to the last directory sync (a create syncs it too), then a prefix.
@@ -323,9 +344,9 @@ pub fn image_at(
     let keep = durable
         + match how {
             Image::DurableOnly => 0,
-            Image::Everything => extra,
+            Image::Everything | Image::AllBut(_) => extra,
             Image::Random(_) => rng.below(extra as u64 + 1) as usize,
-            other => unreachable!("{other:?}: directory simulations build only three images"),
+            other => unreachable!("{other:?}: directory simulations build only four images"),
         };
     let mut names = BTreeMap::new();
     names.insert(first.to_string(), 0usize);
@@ -349,4 +370,43 @@ pub fn image_at(
         }
     }
     (names, files)
+}
+
+/// If the last of the first `k` of `ops` wrote a meta (page 0 or 1 of a file, plain or
+/// durable): one of that file's writes before it that no completed sync made durable, chosen
+/// by `pick`, by its index in `ops` (for [`Image::AllBut`]).
+pub fn lost_before_meta(ops: &[Op], k: usize, page_size: usize, pick: u64) -> Option<usize> {
+    let Op::File { file, op } = ops.get(k.checked_sub(1)?)? else {
+        return None;
+    };
+    let (IoOp::Write { off, .. } | IoOp::DurableWrite { off, .. }) = op else {
+        return None;
+    };
+    if *off >= 2 * page_size as u64 {
+        return None;
+    }
+    let of_file: Vec<usize> = (0..k - 1)
+        .filter(|&i| ops[i].file() == Some(*file))
+        .collect();
+    let file_ops: Vec<IoOp> = of_file
+        .iter()
+        .map(|&i| match &ops[i] {
+            Op::File { op, .. } => op.clone(),
+            _ => unreachable!("filtered to file operations"),
+        })
+        .collect();
+    let candidates: Vec<usize> = of_file[durable_prefix(&file_ops)..]
+        .iter()
+        .copied()
+        .filter(|&i| {
+            matches!(
+                &ops[i],
+                Op::File {
+                    op: IoOp::Write { .. },
+                    ..
+                }
+            )
+        })
+        .collect();
+    (!candidates.is_empty()).then(|| candidates[(pick % candidates.len() as u64) as usize])
 }

@@ -101,21 +101,32 @@ impl Cut {
     }
 }
 
-/// Every cut of a log of `ops` operations (0 to `ops` done), three images each (DurableOnly,
-/// Everything, Random seeded by the cut and `seed`), handed to `verify`; how many.
-pub fn every_cut_three_ways(
-    ops: usize,
+/// Every cut of a log of `ops` (0 to all done), three images each (DurableOnly, Everything,
+/// Random seeded by the cut and `seed`), and a fourth where the cut's last operation wrote a
+/// meta: one earlier write of that file that no sync made durable yet lost whole
+/// ([`crate::directory::lost_before_meta`], chosen by `seed` and the cut). The meta may name
+/// the pages that write held; the open must tell from the manifest, or the meta must not
+/// count. Each image is handed to `verify`; how many.
+pub fn every_cut(
+    ops: &[crate::directory::Op],
+    page_size: usize,
     seed: u64,
     mut verify: impl FnMut(usize, crate::images::Image),
 ) -> usize {
     use crate::images::Image;
     let mut cuts = 0;
-    for k in 0..=ops {
+    for k in 0..=ops.len() {
+        let pick = (k as u64 * 7919 + seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let lost = crate::directory::lost_before_meta(ops, k, page_size, pick);
         for how in [
-            Image::DurableOnly,
-            Image::Everything,
-            Image::Random(k as u64 * 7919 + seed),
-        ] {
+            Some(Image::DurableOnly),
+            Some(Image::Everything),
+            Some(Image::Random(k as u64 * 7919 + seed)),
+            lost.map(Image::AllBut),
+        ]
+        .into_iter()
+        .flatten()
+        {
             verify(k, how);
             cuts += 1;
         }
