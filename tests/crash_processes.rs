@@ -25,7 +25,11 @@
 //! leaves one the lock file does not name) and see that commit's contents, and no step may
 //! make the file's newest commit an older one (there is no power cut in the run itself). A
 //! process left alone compacts in the background (a compaction threshold), and its switch must
-//! copy what a dead writer left unpublished. `LARCH_CRASH_CASES` sets the number of random
+//! copy what a dead writer left unpublished. One commit in four, and half the transactions a
+//! process dies inside, rewrite the tree's tail in key order (`tail`): leaves are written
+//! before the commit, one or two at a time, and a process may die amid those writes; the
+//! test requires such leaves in transactions that committed and in those that died.
+//! `LARCH_CRASH_CASES` sets the number of random
 //! scripts (default 10), `LARCH_CRASH_FIRST_SEED` the first one's seed (default 0: a long run
 //! can go on past the seeds an earlier one covered); the deaths reached are counted, and from
 //! 10 scripts on each kind must come up.
@@ -392,6 +396,9 @@ struct Counts {
     /// Closes by a process left alone by a writer killed before publishing its meta (the
     /// close is its first take since).
     closes_after_unpublished: usize,
+    /// Leaves written before the commit (`tail`) in transactions that committed, and in
+    /// those whose process died first.
+    spilled: [usize; 2],
 }
 
 impl Counts {
@@ -406,6 +413,8 @@ impl Counts {
         self.switches += o.switches;
         self.switches_after_unpublished += o.switches_after_unpublished;
         self.closes_after_unpublished += o.closes_after_unpublished;
+        self.spilled[0] += o.spilled[0];
+        self.spilled[1] += o.spilled[1];
     }
 
     /// Deaths whose description contains `what`.
@@ -612,7 +621,7 @@ impl Sim {
         let p = self.procs[slot].as_ref().unwrap();
         let name = p.name;
         let mut next = Tree::new();
-        let mut txid = 0;
+        let (mut txid, mut spilled) = (0, 0);
         let r = (|| -> larch::Result<()> {
             let mut tx = p.db.try_begin_write()?;
             txid = tx.txid();
@@ -662,6 +671,14 @@ impl Sim {
                     next.insert(k, v);
                 }
             }
+            // One commit in four rewrites the tree's tail in key order, writing leaves before
+            // the commit (a process may die amid those writes).
+            if self.rng.below(4) == 0 {
+                let before = p.db.io_stats().spilled_pages;
+                let r = tail(&mut t, &mut next, txid, &mut self.rng);
+                spilled = (p.db.io_stats().spilled_pages - before) as usize;
+                r?;
+            }
             drop(t);
             // Recorded before the commit: a process killed after its meta was written leaves
             // a commit that a cut, and the next writer, may open.
@@ -669,6 +686,7 @@ impl Sim {
             tx.commit()
         })();
         if fate.is_dead() {
+            self.counts.spilled[1] += spilled;
             self.record_death("commit", &fate);
             self.bury(slot);
             return;
@@ -677,6 +695,7 @@ impl Sim {
         if let Err(e) = r {
             panic!("{}, process {name}: commit of txid {txid}: {e}", self.label);
         }
+        self.counts.spilled[0] += spilled;
         if self.writer_was != name {
             self.counts.handoffs += 1;
             self.writer_was = name;
@@ -719,7 +738,8 @@ impl Sim {
         }
     }
 
-    /// Killed inside a write transaction, its overflow values written.
+    /// Killed inside a write transaction, its overflow values written, and half the time
+    /// leaves written before the commit (`tail`).
     fn die_in_transaction(&mut self, slot: usize) {
         let p = self.procs[slot].as_ref().unwrap();
         if let Ok(tx) = p.db.try_begin_write() {
@@ -727,6 +747,11 @@ impl Sim {
             for _ in 0..1 + self.rng.below(3) {
                 t.insert(&key(self.rng.below(40)), &vec![7u8; 7000])
                     .unwrap();
+            }
+            if self.rng.below(2) == 0 {
+                let before = p.db.io_stats().spilled_pages;
+                tail(&mut t, &mut Tree::new(), u64::MAX, &mut self.rng).unwrap();
+                self.counts.spilled[1] += (p.db.io_stats().spilled_pages - before) as usize;
             }
             drop(t);
             p.fate.kill();
@@ -1036,7 +1061,37 @@ impl Sim {
 }
 
 /// A random script of `steps` steps, two processes to begin with.
+/// The keys after the tree's others (its tail) go, and 30 to 120 keys of 100 to 300 bytes come
+/// in key order, appended or inserted: with a spill batch of 1 or 2 (set in `run`) the leaves
+/// they fill are written before the commit (docs/format.md, "Pages written before the
+/// commit"), where a process may die amid them. `next` follows.
+fn tail(
+    t: &mut larch::WriteTree<'_>,
+    next: &mut Tree,
+    tag: u64,
+    rng: &mut Rng,
+) -> larch::Result<()> {
+    let from: &[u8] = b"z";
+    t.remove_range(from..)?;
+    next.retain(|k, _| k.as_slice() < from);
+    let append = rng.below(2) == 0;
+    for i in 0..30 + rng.below(91) {
+        let k = format!("z-{tag:020}-{i:04}").into_bytes();
+        let v = vec![(tag as u8).wrapping_add(i as u8); 100 + rng.below(201) as usize];
+        if append {
+            t.append(&k, &v)?;
+        } else {
+            t.insert(&k, &v)?;
+        }
+        next.insert(k, v);
+    }
+    Ok(())
+}
+
 fn run(label: &str, seed: u64, steps: usize) -> Trace {
+    // Leaves of the tails (`tail`) are written 1 or 2 at a time: the built-in 64 needs longer
+    // ones. Every process of the script is this thread.
+    larch::set_spill_batch(1 + (seed / 2 % 2) as usize);
     let dir = scratch_dir();
     let mut sim = Sim::new(dir.path(), label, seed);
     sim.open(0, None);
@@ -1129,12 +1184,15 @@ fn every_cut_of_processes_taking_turns_and_dying_opens_at_a_durable_whole_state(
         let cuts = verify(&trace, &label, seed);
         let c = &trace.counts;
         eprintln!(
-            "{label}: {cuts} cuts over {} ops, {} handoffs, {} processes, {} deaths, {} switches",
+            "{label}: {cuts} cuts over {} ops, {} handoffs, {} processes, {} deaths, {} \
+             switches, leaves written before the commit: {} committed, {} died",
             trace.ops.len(),
             c.handoffs,
             c.opened,
             c.deaths.values().sum::<usize>(),
             c.switches,
+            c.spilled[0],
+            c.spilled[1],
         );
         total.add(c);
     }
@@ -1185,6 +1243,12 @@ fn every_cut_of_processes_taking_turns_and_dying_opens_at_a_durable_whole_state(
         total.handoffs
     );
     assert!(total.recoveries >= 4, "{} recoveries", total.recoveries);
+    assert!(
+        total.spilled.iter().all(|&n| n > 0),
+        "leaves written before the commit: {} committed, {} in processes that died",
+        total.spilled[0],
+        total.spilled[1]
+    );
     assert!(
         total.switches_after_unpublished >= 2,
         "{} background switches after a writer killed before publishing",
