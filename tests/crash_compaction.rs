@@ -371,16 +371,24 @@ fn cases() -> usize {
         .unwrap_or(300)
 }
 
-/// Every cut, three images each.
+/// The images of a cut after `k` ops: DurableOnly, Everything, Random(`seed`), and where the
+/// cut's last op wrote a meta, one with an earlier write of that file not yet durable lost
+/// whole (`directory::lost_before_meta`, picked by `seed`): the meta may name its pages.
+fn images(trace: &Trace, k: usize, seed: u64) -> Vec<Image> {
+    let page_size = trace.opts.get_page_size();
+    let pick = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    [Image::DurableOnly, Image::Everything, Image::Random(seed)]
+        .into_iter()
+        .chain(directory::lost_before_meta(&trace.ops, k, page_size, pick).map(Image::AllBut))
+        .collect()
+}
+
+/// Every cut, three or four images each (`images`).
 fn exhaustive(trace: &Trace, label: &str) -> usize {
     let dir = scratch_dir();
     let mut cuts = 0;
     for k in 0..=trace.ops.len() {
-        for how in [
-            Image::DurableOnly,
-            Image::Everything,
-            Image::Random(k as u64 * 7919 + 1),
-        ] {
+        for how in images(trace, k, k as u64 * 7919 + 1) {
             verify_cut(trace, k, how, dir.path(), label);
             cuts += 1;
         }
@@ -464,11 +472,7 @@ fn random_cuts(trace: &Trace, seed: u64, ctx: &str) -> (usize, usize) {
     }
     let mut total = 0;
     for k in ks {
-        for how in [
-            Image::DurableOnly,
-            Image::Everything,
-            Image::Random(rng.next()),
-        ] {
+        for how in images(trace, k, rng.next()) {
             verify_cut(trace, k, how, dir.path(), ctx);
             total += 1;
         }
@@ -566,16 +570,12 @@ fn metas_written(trace: &Trace, file: usize) -> [usize; 2] {
     counts
 }
 
-/// Every cut of `trace` from op `from` to its end, three images each (the random one seeded
-/// from `seed` and the cut); how many.
+/// Every cut of `trace` from op `from` to its end, three or four images each (`images`, the
+/// random one seeded from `seed` and the cut); how many.
 fn every_cut_from(trace: &Trace, from: usize, dir: &Path, label: &str, seed: u64) -> usize {
     let mut cuts = 0;
     for k in from..=trace.ops.len() {
-        for how in [
-            Image::DurableOnly,
-            Image::Everything,
-            Image::Random(k as u64 * 7919 + seed),
-        ] {
+        for how in images(trace, k, k as u64 * 7919 + seed) {
             verify_cut(trace, k, how, dir, label);
             cuts += 1;
         }
@@ -587,7 +587,7 @@ fn every_cut_from(trace: &Trace, from: usize, dir: &Path, label: &str, seed: u64
 /// compactions fails in turn, once or from then on, and the commits go on: a failed directory
 /// sync after a switch's rename leaves the new name to be synced by the next sync
 /// (docs/format.md, "Compaction by copy"), a failed rename leaves the old file in use. A power
-/// cut at every step from the failure to the end of the run (three images each) must leave
+/// cut at every step from the failure to the end of the run (three or four images each) must leave
 /// the path naming a whole database with every commit acknowledged as durable before the cut.
 #[test]
 fn every_cut_after_a_failed_directory_operation_keeps_every_durable_commit() {
@@ -645,7 +645,7 @@ fn every_cut_after_a_failed_directory_operation_keeps_every_durable_commit() {
 
 /// [`every_cut_after_a_failed_directory_operation_keeps_every_durable_commit`] with commits
 /// racing the copy: the failing call is picked at random among a clean run's, and every cut
-/// from the failure on is checked (three images each).
+/// from the failure on is checked (three or four images each).
 #[test]
 fn every_cut_after_a_failed_directory_operation_racing_commits_keeps_every_durable_commit() {
     let dir = scratch_dir();
