@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use larch::{Db, Durability, Options, Policy};
 
-use crate::images::{contents, image_at, min_durable, normalize, takes_a_commit, Image, Model};
+use crate::images::{
+    contents, durable_prefix, image_at, min_durable, normalize, takes_a_commit, Image, Model,
+};
 use crate::recording::{open_rw, IoLog, IoOp, Recording};
 use crate::Rng;
 
@@ -363,9 +365,11 @@ struct Trace {
 }
 
 /// Interpret `data` as operations (insert, remove, drop a tree, commit with a durability, abort,
-/// `db.sync()` with or without a write transaction open, power cut) against a `BTreeMap` model, with every write, sync and resize
-/// recorded. At a power cut, build the image a disk could hold (everything up to the last sync,
-/// plus an input-chosen subset of later 4 KiB blocks, some torn), open it, and require that
+/// `db.sync()` with or without a write transaction open, remove a range, savepoints and
+/// rollbacks, pop, retain, a run of keys appended or inserted in key order, power cut) against
+/// a `BTreeMap` model, with every write, sync and resize recorded. At a power cut, build the
+/// image a disk could hold (everything up to the last sync, plus an input-chosen subset of
+/// later 4 KiB blocks, some torn, or all of them but one write), open it, and require that
 /// `check()` passes and the contents equal one committed state no older than the last commit
 /// acknowledged as durable. Panics on a violation.
 pub fn ops_with_power_cuts(data: &[u8]) {
@@ -400,6 +404,8 @@ pub fn ops_with_power_cuts(data: &[u8]) {
     // Savepoints of the open transaction, with the model at each.
     let mut savepoints: Vec<(larch::Savepoint, Model)> = Vec::new();
     let mut steps = 0;
+    // The next key of a run in key order (op 19).
+    let mut next_in_order = 0u64;
     while !input.is_empty() && steps < MAX_STEPS {
         steps += 1;
         let op = input.byte();
@@ -489,7 +495,29 @@ pub fn ops_with_power_cuts(data: &[u8]) {
                 let w = tx.get_or_insert_with(|| db.begin_write().expect("begin_write"));
                 let m = working.entry(t.to_string()).or_default();
                 let mut tree = w.open_tree(t).unwrap();
-                if input.byte() & 1 == 0 {
+                let how = input.byte();
+                if how % 3 == 2 {
+                    // A run of keys past every key the tree may hold ('z' and a number that
+                    // only grows: above the 'k' keys and every earlier run, whatever was
+                    // removed or rolled back since), appended or inserted in key order, with
+                    // values that fill a leaf in a few dozen: the leaves they fill are
+                    // written before the commit (docs/format.md, "Pages written before the
+                    // commit").
+                    let n = 8 + input.byte() as u64 % 57;
+                    let len = 64 + input.byte() as usize * 4;
+                    let seed = input.byte();
+                    for _ in 0..n {
+                        let k = format!("z{next_in_order:08}").into_bytes();
+                        next_in_order += 1;
+                        let v: Vec<u8> = (0..len).map(|i| seed ^ (i % 251) as u8).collect();
+                        if how & 4 == 0 {
+                            tree.append(&k, &v).expect("append");
+                        } else {
+                            tree.insert(&k, &v).expect("insert in key order");
+                        }
+                        m.insert(k, v);
+                    }
+                } else if how % 3 == 0 {
                     let got = tree.pop_first().expect("pop_first");
                     assert_eq!(got, m.pop_first(), "pop_first disagrees with the model");
                 } else {
@@ -542,12 +570,34 @@ fn value(input: &mut Input<'_>) -> Vec<u8> {
 
 fn verify_cut(trace: &Trace, k: usize, how: u8, seed: u64, dir: &Scratch) {
     let ops = trace.ops.lock().unwrap().clone();
+    let page_size = trace.opts.get_page_size() as u64;
+    let mut k = k;
     let image = match how % 4 {
         0 => Image::DurableOnly,
         1 => Image::Everything,
+        // The cut moves back to just after the last meta write at or before it (a meta is
+        // page 0 or 1), and one write before that meta and after the durable part is lost
+        // whole, the rest landed: the meta may name the pages that write held (a leaf
+        // written before the commit, a page of the commit), and the open must tell.
+        3 => {
+            if let Some(m) = (0..k).rev().find(|&i| {
+                matches!(&ops[i], IoOp::Write { off, .. } | IoOp::DurableWrite { off, .. }
+                    if *off < 2 * page_size)
+            }) {
+                k = m + 1;
+            }
+            let durable = durable_prefix(&ops[..k]);
+            let writes: Vec<usize> = (durable..k)
+                .filter(|&i| matches!(ops[i], IoOp::Write { .. }))
+                .collect();
+            match writes.len() {
+                0 => Image::Everything,
+                n => Image::AllBut(writes[(seed % n as u64) as usize]),
+            }
+        }
         _ => Image::Random(seed),
     };
-    let img = image_at(&trace.initial, &ops, k, image, trace.opts.get_page_size());
+    let img = image_at(&trace.initial, &ops, k, image, page_size as usize);
     let path = dir.path("cut.larch");
     std::fs::write(&path, &img).expect("write the image");
     let ctx = format!(
