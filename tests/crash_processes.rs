@@ -26,7 +26,7 @@
 //! make the file's newest commit an older one (there is no power cut in the run itself). A
 //! process left alone compacts in the background (a compaction threshold), and its switch must
 //! copy what a dead writer left unpublished. One commit in four, and half the transactions a
-//! process dies inside, rewrite the tree's tail in key order (`tail`): leaves are written
+//! process dies inside, rewrite the tree's tail in key order (testkit's `rewrite_tail_in_key_order`): leaves are written
 //! before the commit, one or two at a time, and a process may die amid those writes; the
 //! test requires such leaves in transactions that committed and in those that died.
 //! `LARCH_CRASH_CASES` sets the number of random
@@ -37,7 +37,7 @@
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
 use larch_testkit::processes::{
-    every_cut, newest_meta, open_cut, published, tree_in, tree_of, Tree,
+    every_cut, newest_meta, open_cut, published, rewrite_tail_in_key_order, tree_in, tree_of, Tree,
 };
 use support::images::Image;
 use support::recording::{open_rw, IoOp};
@@ -396,7 +396,7 @@ struct Counts {
     /// Closes by a process left alone by a writer killed before publishing its meta (the
     /// close is its first take since).
     closes_after_unpublished: usize,
-    /// Leaves written before the commit (`tail`) in transactions that committed, and in
+    /// Leaves written before the commit (`rewrite_tail_in_key_order`) in transactions that committed, and in
     /// those whose process died first.
     spilled: [usize; 2],
 }
@@ -675,7 +675,7 @@ impl Sim {
             // the commit (a process may die amid those writes).
             if self.rng.below(4) == 0 {
                 let before = p.db.io_stats().spilled_pages;
-                let r = tail(&mut t, &mut next, txid, &mut self.rng);
+                let r = rewrite_tail_in_key_order(&mut t, &mut next, txid, &mut self.rng);
                 spilled = (p.db.io_stats().spilled_pages - before) as usize;
                 r?;
             }
@@ -739,7 +739,7 @@ impl Sim {
     }
 
     /// Killed inside a write transaction, its overflow values written, and half the time
-    /// leaves written before the commit (`tail`).
+    /// leaves written before the commit (`rewrite_tail_in_key_order`).
     fn die_in_transaction(&mut self, slot: usize) {
         let p = self.procs[slot].as_ref().unwrap();
         if let Ok(tx) = p.db.try_begin_write() {
@@ -750,7 +750,8 @@ impl Sim {
             }
             if self.rng.below(2) == 0 {
                 let before = p.db.io_stats().spilled_pages;
-                tail(&mut t, &mut Tree::new(), u64::MAX, &mut self.rng).unwrap();
+                rewrite_tail_in_key_order(&mut t, &mut Tree::new(), u64::MAX, &mut self.rng)
+                    .unwrap();
                 self.counts.spilled[1] += (p.db.io_stats().spilled_pages - before) as usize;
             }
             drop(t);
@@ -1061,35 +1062,8 @@ impl Sim {
 }
 
 /// A random script of `steps` steps, two processes to begin with.
-/// The keys after the tree's others (its tail) go, and 30 to 120 keys of 100 to 300 bytes come
-/// in key order, appended or inserted: with a spill batch of 1 or 2 (set in `run`) the leaves
-/// they fill are written before the commit (docs/format.md, "Pages written before the
-/// commit"), where a process may die amid them. `next` follows.
-fn tail(
-    t: &mut larch::WriteTree<'_>,
-    next: &mut Tree,
-    tag: u64,
-    rng: &mut Rng,
-) -> larch::Result<()> {
-    let from: &[u8] = b"z";
-    t.remove_range(from..)?;
-    next.retain(|k, _| k.as_slice() < from);
-    let append = rng.below(2) == 0;
-    for i in 0..30 + rng.below(91) {
-        let k = format!("z-{tag:020}-{i:04}").into_bytes();
-        let v = vec![(tag as u8).wrapping_add(i as u8); 100 + rng.below(201) as usize];
-        if append {
-            t.append(&k, &v)?;
-        } else {
-            t.insert(&k, &v)?;
-        }
-        next.insert(k, v);
-    }
-    Ok(())
-}
-
 fn run(label: &str, seed: u64, steps: usize) -> Trace {
-    // Leaves of the tails (`tail`) are written 1 or 2 at a time: the built-in 64 needs longer
+    // Leaves of the tails (`rewrite_tail_in_key_order`) are written 1 or 2 at a time: the built-in 64 needs longer
     // ones. Every process of the script is this thread.
     larch::set_spill_batch(1 + (seed / 2 % 2) as usize);
     let dir = scratch_dir();

@@ -80,7 +80,7 @@
 mod support;
 use larch_testkit::directory::{self, Log, Op, RecordingFs};
 use larch_testkit::processes::{
-    every_cut, newest_meta, open_cut, published, tree_in, tree_of, Tree,
+    every_cut, newest_meta, open_cut, published, rewrite_tail_in_key_order, tree_in, tree_of, Tree,
 };
 use support::images::Image;
 use support::recording::{open_rw, IoOp, SyncRecorded};
@@ -535,12 +535,11 @@ fn commit(run: &Run, p: &Process, d: Durability, rng: &mut Rng, who: &str) -> Op
     Some(seq + 1)
 }
 
-/// The keys after [`SEQ`] (the tree's tail) of commit `seq`'s tree `t` go, and 30 to 120 keys
-/// of 100 to 300 bytes come in key order, appended or inserted: with the thread's spill batch
-/// of 1 or 2 (`larch::set_spill_batch`), the leaves they fill are written before the commit
-/// (docs/format.md, "Pages written before the commit"), as one run each, while switches,
-/// syncs, durable points and a second process race them. `next` follows. How many leaves were
-/// written before the commit, or `None` if a call failed (`Run::ok`).
+/// Commit `seq`'s tree `t` gets its tail (the keys after [`SEQ`]) rewritten in key order
+/// (testkit's `rewrite_tail_in_key_order`): with the thread's spill batch of 1 or 2
+/// (`larch::set_spill_batch`), the leaves it fills are written before the commit while
+/// switches, syncs, durable points and a second process race them. `next` follows. How many
+/// leaves were written before the commit, or `None` if a call failed (`Run::ok`).
 fn tail(
     run: &Run,
     p: &Process,
@@ -550,22 +549,9 @@ fn tail(
     rng: &mut Rng,
     who: &str,
 ) -> Option<usize> {
-    let fs = &*p.fs;
     let before = p.db.io_stats().spilled_pages;
-    let from: &[u8] = b"z";
-    run.ok(fs, who, "remove_range", t.remove_range(from..))?;
-    next.retain(|k, _| k.as_slice() < from);
-    let append = rng.below(2) == 0;
-    for i in 0..30 + rng.below(91) {
-        let k = format!("z-{seq:06}-{i:04}").into_bytes();
-        let v = vec![(seq as u8).wrapping_add(i as u8); 100 + rng.below(201) as usize];
-        if append {
-            run.ok(fs, who, "append", t.append(&k, &v))?;
-        } else {
-            run.ok(fs, who, "insert", t.insert(&k, &v))?;
-        }
-        next.insert(k, v);
-    }
+    let r = rewrite_tail_in_key_order(t, next, seq, rng);
+    run.ok(&p.fs, who, "a tail in key order", r)?;
     // The writer lock is this transaction's: no other thread's pages.
     Some((p.db.io_stats().spilled_pages - before) as usize)
 }

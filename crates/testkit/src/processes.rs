@@ -133,3 +133,32 @@ pub fn every_cut(
     }
     cuts
 }
+
+/// Rewrite the tail of a tree whose other keys sort below "z" (the simulations' trees): the
+/// keys from "z" on go, and 30 to 120 keys of 100 to 300 bytes, tagged `tag`, come in key
+/// order, appended or inserted (`rng` picks). With a small spill batch
+/// (`larch::set_spill_batch`) the leaves they fill are written before the commit
+/// (docs/format.md, "Pages written before the commit"). `next`, the tree's expected contents,
+/// follows each change; on an error it holds what was done before it.
+pub fn rewrite_tail_in_key_order(
+    t: &mut larch::WriteTree<'_>,
+    next: &mut Tree,
+    tag: u64,
+    rng: &mut crate::Rng,
+) -> larch::Result<()> {
+    let from: &[u8] = b"z";
+    t.remove_range(from..)?;
+    next.retain(|k, _| k.as_slice() < from);
+    let append = rng.below(2) == 0;
+    for i in 0..30 + rng.below(91) {
+        let k = format!("z-{tag:020}-{i:04}").into_bytes();
+        let v = vec![(tag as u8).wrapping_add(i as u8); 100 + rng.below(201) as usize];
+        if append {
+            t.append(&k, &v)?;
+        } else {
+            t.insert(&k, &v)?;
+        }
+        next.insert(k, v);
+    }
+    Ok(())
+}
