@@ -5,7 +5,7 @@
 //! a committed page stays pending under the transaction's txid (or reader-pinned, unpinned.rs)
 //! until no reader and no crash fallback can reach it (docs/format.md, invariant 1).
 
-use crate::node::Child;
+use crate::node::{Child, Node};
 use crate::write::{Txn, FREEMAP};
 use crate::{PageId, TxId};
 
@@ -171,6 +171,7 @@ impl Txn {
         self.freemap_slots.clear();
         self.park();
         for t in &mut self.trees {
+            self.dropped_heap += t.nodes.iter().map(Node::heap_bytes).sum::<usize>();
             t.nodes.clear();
             t.full_leaves.clear();
         }

@@ -423,6 +423,11 @@ pub struct Node {
 const PREFIX_AFTER: u8 = 8;
 
 impl Node {
+    /// Bytes of heap its buffers hold (their capacity).
+    pub fn heap_bytes(&self) -> usize {
+        SpareNodes::size(&self.bytes, &self.ents, &self.children)
+    }
+
     /// An empty leaf (or branch) on `page`.
     pub fn empty(page: PageId, leaf: bool, role: PageRole) -> Node {
         Node {

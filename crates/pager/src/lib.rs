@@ -9,7 +9,7 @@
 //!
 //! All of larch's `unsafe` lives in this crate: the mapping in [`map`] (every block says why
 //! the slice it makes cannot outlive its mapping or alias a write; and the prefetch hint), three system calls in
-//! `storage.rs` (pwritev, posix_fallocate, lseek), the lock file's shared mapping and fcntl
+//! `storage.rs` (pwritev, posix_fallocate, lseek), glibc's `malloc_trim` in `heap.rs`, the lock file's shared mapping and fcntl
 //! byte locks in [`lockfile`] (issue 15: several processes on one file), and the futex(2)
 //! calls of the writer threads' lock in `unfair.rs`. The map calls
 //! mmap through libc rather than memmap2: it reserves address space far past the end of the
@@ -21,6 +21,7 @@
 
 mod error;
 mod flusher;
+mod heap;
 mod kill;
 mod lock;
 pub mod lockfile;
@@ -32,6 +33,7 @@ mod storage;
 mod unfair;
 
 pub use error::{is_disk_full, PagerError, Result};
+pub use heap::release_free_heap;
 #[doc(hidden)]
 pub use kill::{Killer, LockStep};
 pub use lockfile::{
