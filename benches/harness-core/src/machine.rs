@@ -120,6 +120,13 @@ pub struct Machine {
     pub loadavg_at_start: Option<String>,
     /// The transparent hugepage setting.
     pub transparent_hugepage: Option<String>,
+    /// The order of the free blocks the kernel reports to the hypervisor as unused
+    /// (`/sys/module/page_reporting/parameters/page_reporting_order`; absent where the kernel
+    /// has no free page reporting). With a balloon device that reports, free memory goes back
+    /// to the host a few seconds after it is freed and is slow to touch again, so a step whose
+    /// page cache outgrows the memory the guest touched lately runs slower
+    /// (docs/benchmarks.md, "Memory the host took back").
+    pub free_page_reporting_order: Option<u32>,
     /// Where the databases are.
     pub db_dir: String,
     /// The filesystem type of the mount holding `db_dir`.
@@ -154,6 +161,11 @@ pub fn describe(dir: &Path, device: Option<&Device>) -> Machine {
         kernel,
         loadavg_at_start: loadavg(),
         transparent_hugepage: thp,
+        free_page_reporting_order: fs::read_to_string(
+            "/sys/module/page_reporting/parameters/page_reporting_order",
+        )
+        .ok()
+        .and_then(|s| s.trim().parse().ok()),
         db_dir: dir.display().to_string(),
         filesystem: mount.as_ref().map(|m| m.1.clone()),
         mount_point: mount.as_ref().map(|m| m.0.clone()),
