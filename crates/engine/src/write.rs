@@ -80,14 +80,6 @@ const NO_TREE: TreeIdx = usize::MAX;
 /// is its dirty nodes plus this, however many pages it touched.
 const WRITE_CHUNK_BYTES: usize = 1 << 20;
 
-/// A transaction whose dirty nodes held this many bytes of heap or more gives the allocator's
-/// free memory back to the system when it ends (`larch_pager::release_free_heap`): glibc
-/// keeps what the nodes freed otherwise, 1.7 GB after a one-transaction load of 5,000,000
-/// keys, which the process's resident memory counts and the page cache cannot use
-/// (docs/performance.md, "Memory after a large transaction"). At 64 MiB the release costs
-/// a few milliseconds against the transaction's hundreds.
-const RELEASE_HEAP_AFTER: usize = 64 << 20;
-
 /// Source of `Txn::serial`: tells savepoints of different transactions apart (txids repeat
 /// after an abort).
 static TX_SERIAL: AtomicU64 = AtomicU64::new(1);
@@ -158,7 +150,7 @@ pub(crate) struct Txn {
     /// This Async commit starts a durable point in the background (`unsynced_over_limit`).
     starts_point: bool,
     /// Heap bytes of the dirty nodes a rollback dropped (`Txn::rollback`): counted with
-    /// those still held when the transaction ends, against [`RELEASE_HEAP_AFTER`].
+    /// those still held when the transaction ends (`scratch::HeapRelease`).
     pub(crate) dropped_heap: usize,
 }
 
@@ -1053,7 +1045,7 @@ impl Drop for Txn {
         scratch.changes = changes;
         // Still holding the in-process writer lock (a field, dropped after this).
         self.db.release_writer_if_on_disk();
-        if held >= RELEASE_HEAP_AFTER {
+        if self.writer.scratch.heap.ended(held) {
             larch_pager::release_free_heap();
         }
     }
