@@ -59,8 +59,9 @@ pub(crate) struct Scratch {
 /// (`larch_pager::release_free_heap`). glibc keeps it otherwise: 1.7 GB after a
 /// one-transaction load of 5,000,000 keys, counted in the process's resident memory and
 /// unusable by the page cache (docs/performance.md, "Memory after a large transaction").
-/// Given back, it must be faulted in again by the next large transaction, which made eight
-/// transactions of 300,000 random inserts 13-28% slower when every one gave it back. So:
+/// Given back, it must be faulted in again by the next large transaction: eight transactions
+/// of 300,000 random inserts in a row ran about a fifth slower when every one gave it back
+/// (`big_txn_memory` with `BIG_TXN_ROUNDS=8`). So:
 /// a large transaction after a small one gives the heap back when it ends; one after a large
 /// one keeps it for the next; the first small transaction after kept heap gives it back.
 #[derive(Debug, Default)]
