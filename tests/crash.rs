@@ -1991,9 +1991,10 @@ fn every_cut_of_durable_points_with_aborts_nometasync_readers_and_faults() {
 /// than the last one acknowledged durable. Each case arms the k-th sync on another thread to
 /// start from there (k = 1, 2), makes 0 to 3 Async commits, then ends with more Async
 /// commits, a Sync commit, `db.sync()`, a close, a NoMetaSync commit, or an aborted
-/// transaction that wrote an overflow value followed by a Sync commit. Syncs end 1, 3 and 12
-/// calls after they start, so a failure lands in the commit that started it, the next one, or
-/// past the step that ends the case; every cut, and every image that tears one meta write.
+/// transaction that wrote an overflow value followed by a Sync commit. Syncs end 1, 3, 4 and
+/// 12 calls after they start, so a failure lands in the commit that started it, the next one,
+/// or past the step that ends the case (at 4, one lands after a commit's last call and comes
+/// out at the next transaction's begin); every cut, and every image that tears one meta write.
 #[test]
 fn a_failed_sync_on_another_thread_finishes_no_point_and_every_cut_keeps_every_durable_commit() {
     let mut s = Vec::new();
@@ -2045,7 +2046,7 @@ fn a_failed_sync_on_another_thread_finishes_no_point_and_every_cut_keeps_every_d
     }
     let opts = Options::default().max_unsynced_bytes(Some(80 << 10));
     let mut failures = [0; 5];
-    for background in [1, 3, 12] {
+    for background in [1, 3, 4, 12] {
         let label = format!("failed syncs on another thread, done after {background} calls");
         let trace = run_with(&s, opts, Some(background));
         every_cut(&label, &trace);

@@ -738,7 +738,10 @@ impl Drop for Pager {
     fn drop(&mut self) {
         // The flush thread may hold a duplicate of the descriptor while it syncs: end it
         // (after that sync) before the storage closes, so the file and its flock are closed
-        // when the pager is.
+        // when the pager is. Nothing else comes to end a sync of test storage then.
+        if self.flush.get_mut().is_some() {
+            self.storage.flush_awaited();
+        }
         drop(self.flush.get_mut().take());
     }
 }

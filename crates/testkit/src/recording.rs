@@ -133,6 +133,29 @@ impl Drop for Failed {
     }
 }
 
+/// A sync on another thread whose job has not run to its end: dropped with the job when the
+/// pager drops it unrun (it found no thread to hand it to) or the job panics, it takes the
+/// sync off the pending list, so that nothing waits for a sync no thread will run.
+struct Unfinished {
+    id: u64,
+    syncs: Arc<BackgroundSyncs>,
+    /// The job reached its end, which takes it off the list itself.
+    finished: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.syncs
+                .pending
+                .lock()
+                .unwrap()
+                .retain(|&(i, _)| i != self.id);
+            self.syncs.done.notify_all();
+        }
+    }
+}
+
 thread_local! {
     /// The failed syncs this thread ran, dropped when it ends.
     static FAILED_HERE: std::cell::RefCell<Vec<Failed>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -145,13 +168,17 @@ thread_local! {
 /// handle's sync with the start of the other's.
 static NEXT_BACKGROUND_SYNC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// How long a sync on another thread waits for its calls before it is done anyway (the
-/// writer stopped calling: a foreground sync waits for it, or the handle closes).
-const BACKGROUND_SYNC_MAX_WAIT: Duration = Duration::from_millis(20);
+/// How long a sync on another thread waits for its calls before it is done anyway. A writer
+/// that waits for it says so (`flush_awaited`: a wait for the flush, a pager dropped; a
+/// foreground sync), which makes it due at once, so only a handle left idle while its sync
+/// runs takes this long. A wait of tens of milliseconds would let the scheduler place the
+/// sync's end: on a loaded machine a writer is descheduled for longer than that.
+const BACKGROUND_SYNC_MAX_WAIT: Duration = Duration::from_secs(2);
 
-/// How long the next call waits for the thread of a sync on another thread that failed to
-/// end ([`Recording::faults_in_background`]): only a stuck thread takes this long.
-const FAILED_SYNC_MAX_WAIT: Duration = Duration::from_secs(10);
+/// How long the next call waits for a sync on another thread that is due to end (and for the
+/// thread of one that failed to end, [`Recording::faults_in_background`]): only a stuck
+/// thread takes this long.
+const DUE_SYNC_MAX_WAIT: Duration = Duration::from_secs(10);
 
 impl<T> Debug for Recording<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -204,8 +231,8 @@ impl<T> Recording<T> {
     /// [`IoOp::SyncStart`] when asked for and [`IoOp::SyncEnd`] when done, so a cut between
     /// them has only what came before the last completed sync on the disk. Each is done once
     /// `lag` more calls reached the log: the next call waits for it then, so where it ends
-    /// in the log does not depend on how threads are scheduled (unless no call comes within
-    /// 20 ms). They take no faults from the plan unless [`Recording::faults_in_background`]
+    /// in the log does not depend on how threads are scheduled (a writer that waits for it
+    /// makes it due at once: `flush_awaited`). They take no faults from the plan unless [`Recording::faults_in_background`]
     /// says so. Without this, a pager syncs in the foreground where it would have flushed on
     /// another thread.
     pub fn syncs_in_background(mut self, lag: usize) -> Self {
@@ -218,7 +245,7 @@ impl<T> Recording<T> {
     /// scheduler. One that fails logs its [`IoOp::SyncStart`] and never its
     /// [`IoOp::SyncEnd`], so a cut keeps nothing its start would have made durable, and
     /// returns the error once done (as one that succeeds, `lag` calls later). The next call
-    /// then waits (up to 20 ms) for the thread that ran it to end, so the handle the pager
+    /// then waits for the thread that ran it to end, so the handle the pager
     /// poisons once the sync returns is poisoned before the log goes on: where the failure
     /// lands in the log does not depend on how threads are scheduled either; the plan hears
     /// of it then ([`FaultPlan::background_sync_failed`]). From then on the file's syncs
@@ -278,15 +305,12 @@ impl<T> Recording<T> {
         loop {
             let len = self.log.lock().unwrap().len();
             let now = std::time::Instant::now();
-            // A failed sync is due at once and ends with its thread, which waits for nothing:
-            // wait for it as long as the scheduler takes (on a loaded machine more than 20
-            // ms), so the handle is poisoned before the log goes on wherever it runs.
-            let limit = if bg.failed.load(Ordering::SeqCst) {
-                FAILED_SYNC_MAX_WAIT
-            } else {
-                BACKGROUND_SYNC_MAX_WAIT
-            };
-            let deadline = start + limit;
+            // A due sync waits for no more calls: it ends as soon as its thread runs, and a
+            // failed one (due at once) when that thread has ended. Wait for it as long as the
+            // scheduler takes (on a loaded machine, tens of milliseconds: a shorter wait
+            // lets the log go on before a sync whose thread has not run yet, and where it
+            // ends, or where its failure lands, follows the scheduler).
+            let deadline = start + DUE_SYNC_MAX_WAIT;
             if !pending.iter().any(|&(_, due)| due <= len) || now >= deadline {
                 return;
             }
@@ -365,7 +389,14 @@ impl<T: Send + 'static> Storage for Recording<T> {
         };
         bg.pending.lock().unwrap().push((id, due));
         let (log, entry) = (self.log.clone(), self.entry.clone());
+        let unfinished = Unfinished {
+            id,
+            syncs: bg.clone(),
+            finished: false,
+        };
         Some(Box::new(move || {
+            // The whole guard, moved in (a closure would capture only the field it sets).
+            let mut unfinished = unfinished;
             let deadline = std::time::Instant::now() + BACKGROUND_SYNC_MAX_WAIT;
             // Read each time: a foreground sync makes it due at once (`sync`).
             let due = || {
@@ -387,6 +418,7 @@ impl<T: Send + 'static> Storage for Recording<T> {
                 if let Some(p) = bg.pending.lock().unwrap().iter_mut().find(|p| p.0 == id) {
                     p.1 = 0;
                 }
+                unfinished.finished = true;
                 let failed = Failed {
                     id,
                     syncs: bg,
@@ -396,6 +428,7 @@ impl<T: Send + 'static> Storage for Recording<T> {
                 return Err(e);
             }
             log.lock().unwrap().push(entry(IoOp::SyncEnd(id)));
+            unfinished.finished = true;
             bg.pending.lock().unwrap().retain(|&(i, _)| i != id);
             bg.done.notify_all();
             Ok(())
@@ -404,7 +437,7 @@ impl<T: Send + 'static> Storage for Recording<T> {
 
     fn flush_awaited(&self) {
         // The writer waits for the sync on another thread and makes no call meanwhile: due
-        // now, so it ends where the log stands (after 20 ms it would anyway).
+        // now, so it ends where the log stands.
         for p in self.background_syncs.pending.lock().unwrap().iter_mut() {
             p.1 = 0;
         }
