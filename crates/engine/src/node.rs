@@ -502,6 +502,13 @@ impl Node {
         &self.bytes[e.at as usize..e.at as usize + e.klen as usize]
     }
 
+    /// The arena's bytes are what the entries hold plus the dead ones (tests: growth and
+    /// shedding decide by `dead`).
+    #[cfg(test)]
+    fn dead_holds(&self) -> bool {
+        self.dead + self.ents.iter().map(Ent::held).sum::<usize>() == self.bytes.len()
+    }
+
     /// Every entry's cached prefix is its key's (tests: a key edited without its prefix
     /// would misorder searches).
     #[cfg(test)]
@@ -767,7 +774,7 @@ impl Node {
 
     #[inline(never)]
     fn regrow(&mut self, need: usize) {
-        let live = self.bytes.len() - self.dead;
+        let live = self.bytes.len().saturating_sub(self.dead);
         // A branch's arena is mostly its page's headers (a copied branch of ~150 short
         // separators): copying entry by entry would cost far more than it saves, and
         // branches are few.
@@ -1632,6 +1639,8 @@ mod image_tests {
         Insert(Vec<u8>, usize, bool),
         SetVal(usize, usize),
         Remove(usize),
+        /// Split at a position, then append the right half back: the entries are as before.
+        SplitJoin(usize),
     }
 
     fn value(len: usize, seed: usize) -> Vec<u8> {
@@ -1644,6 +1653,7 @@ mod image_tests {
                 .prop_map(|(k, v, o)| Edit::Insert(k, v, o)),
             2 => (any::<usize>(), 0..300usize).prop_map(|(i, v)| Edit::SetVal(i, v)),
             1 => any::<usize>().prop_map(Edit::Remove),
+            1 => any::<usize>().prop_map(Edit::SplitJoin),
         ]
     }
 
@@ -1722,6 +1732,18 @@ mod image_tests {
                 n.set_val(i, Val::Inline(&value(len, *v)));
             }
             Edit::Remove(i) if !n.is_empty() => n.remove(i % n.len()),
+            Edit::SplitJoin(i) => {
+                let all = |n: &Node| -> Vec<(Vec<u8>, String)> {
+                    (0..n.len())
+                        .map(|j| (n.key(j).to_vec(), format!("{:?}", n.val(j))))
+                        .collect()
+                };
+                let before = all(n);
+                let mut right = n.split_off(i % (n.len() + 1), 10);
+                assert!(n.dead_holds() && right.dead_holds());
+                n.append(&mut right);
+                assert_eq!(all(n), before);
+            }
             _ => {}
         }
     }
@@ -1757,6 +1779,7 @@ mod image_tests {
                 apply(&mut slow, e);
                 prop_assert_eq!(fast.size, slow.size);
                 prop_assert!(fast.prefixes_hold() && slow.prefixes_hold());
+                prop_assert!(fast.dead_holds() && slow.dead_holds());
             }
             let (mut a, mut b) = (Vec::new(), Vec::new());
             fast.encode(&mut a, PS, 4, |_| 0);
