@@ -24,7 +24,9 @@ use support::images::{
     contents, durable_prefix, image_at, min_durable, normalize, reader_contents, takes_a_commit,
     Image, Model,
 };
-use support::recording::{open_rw, Call, Fault, FaultPlan, IoLog, IoOp, Recording, SyncRecorded};
+use support::recording::{
+    open_rw, Call, Fault, FaultPlan, Idle, IoLog, IoOp, Recording, SyncRecorded,
+};
 use support::{scratch_dir, Rng};
 
 use std::collections::BTreeMap;
@@ -46,6 +48,9 @@ struct Shared {
     /// flushes, durable points made in the background), each done this many calls later
     /// (`Recording::syncs_in_background`).
     background_syncs: Option<usize>,
+    /// What lets the driver idle while the open handle's syncs on other threads end
+    /// ([`Step::Idle`]).
+    idle: Mutex<Option<Idle>>,
 }
 
 #[derive(Debug, Default)]
@@ -255,6 +260,7 @@ fn recording(path: &Path, shared: &Arc<Shared>, sync_delay: std::time::Duration)
         .sync_delay(sync_delay, SyncRecorded::AtEnd);
     // The plan fails a sync on another thread only when a script arms it
     // (`Step::Fail(Call::BackgroundSync, n)`).
+    *shared.idle.lock().unwrap() = Some(r.idle());
     match shared.background_syncs {
         Some(lag) => r.syncs_in_background(lag).faults_in_background(),
         None => r,
@@ -308,6 +314,10 @@ enum Step {
     /// after it started: the handle is poisoned from then on, and the driver reopens once a
     /// call fails by it.
     Fail(Call, u32),
+    /// Between transactions, the writer idles while the syncs on other threads that run
+    /// end (or fail): a failure lands with no call of the writer's under way, and comes out
+    /// at whatever the writer does next (the next transaction's begin, a sync, a close).
+    Idle,
     /// A data step: the next data step's own storage calls fail as this says (the overflow
     /// run an insert or append writes at once, the growth of the file for it); disarmed after
     /// that step. The transaction goes on: an edit that fails this way must change nothing
@@ -1395,9 +1405,16 @@ fn run_with(steps: &[Step], opts: Options, background_syncs: Option<usize>) -> T
                 d.read();
             }
             Step::EndRead => d.end_readers(false),
+            Step::Idle => {
+                assert!(pending.is_empty(), "script idles with a transaction open");
+                let idle = shared.idle.lock().unwrap().clone();
+                if let Some(idle) = idle {
+                    idle.let_syncs_end();
+                }
+            }
             other => unreachable!("a data step: {other:?}"),
         }
-        if !is_data(step) && !matches!(step, Step::Fail(..)) {
+        if !is_data(step) && !matches!(step, Step::Fail(..) | Step::Idle) {
             shared.disarm();
         }
     }
@@ -1991,10 +2008,11 @@ fn every_cut_of_durable_points_with_aborts_nometasync_readers_and_faults() {
 /// than the last one acknowledged durable. Each case arms the k-th sync on another thread to
 /// start from there (k = 1, 2), makes 0 to 3 Async commits, then ends with more Async
 /// commits, a Sync commit, `db.sync()`, a close, a NoMetaSync commit, or an aborted
-/// transaction that wrote an overflow value followed by a Sync commit. Syncs end 1, 3, 4 and
-/// 12 calls after they start, so a failure lands in the commit that started it, the next one,
-/// or past the step that ends the case (at 4, one lands after a commit's last call and comes
-/// out at the next transaction's begin); every cut, and every image that tears one meta write.
+/// transaction that wrote an overflow value followed by a Sync commit; in the first kind the
+/// writer idles before those commits (`Step::Idle`), so a failure under way lands between
+/// transactions and comes out at the next begin. Syncs end 1, 3 and 12 calls after they
+/// start, so a failure lands in the commit that started it, the next one, or past the step
+/// that ends the case; every cut, and every image that tears one meta write.
 #[test]
 fn a_failed_sync_on_another_thread_finishes_no_point_and_every_cut_keeps_every_durable_commit() {
     let mut s = Vec::new();
@@ -2023,6 +2041,9 @@ fn a_failed_sync_on_another_thread_finishes_no_point_and_every_cut_keeps_every_d
         }
         match case % 6 {
             0 => {
+                // The writer idles first: a failure still under way lands then, and the
+                // next transaction's begin finds the handle poisoned.
+                s.push(Step::Idle);
                 async_commit(&mut s);
                 async_commit(&mut s);
             }
@@ -2046,7 +2067,7 @@ fn a_failed_sync_on_another_thread_finishes_no_point_and_every_cut_keeps_every_d
     }
     let opts = Options::default().max_unsynced_bytes(Some(80 << 10));
     let mut failures = [0; 5];
-    for background in [1, 3, 4, 12] {
+    for background in [1, 3, 12] {
         let label = format!("failed syncs on another thread, done after {background} calls");
         let trace = run_with(&s, opts, Some(background));
         every_cut(&label, &trace);
@@ -2472,10 +2493,12 @@ impl Gen {
 
 /// Fail some syncs on another thread: before half of the script's commits, syncs, closes and
 /// compactions, the 1st or 2nd sync on another thread to start from there fails
-/// ([`Step::Fail`] of `Call::BackgroundSync`; armed until one starts). From `rng`, not the
-/// script's generator, so a seed makes the same other steps as without.
+/// ([`Step::Fail`] of `Call::BackgroundSync`; armed until one starts); and after a quarter of
+/// its commits and aborts the writer idles ([`Step::Idle`]), so a sync under way ends, or a
+/// failure lands, between transactions. From `rng`, not the script's generator, so a seed
+/// makes the same other steps as without.
 fn fail_syncs_on_another_thread(steps: Vec<Step>, mut rng: Rng) -> Vec<Step> {
-    let mut out = Vec::with_capacity(steps.len() + steps.len() / 8);
+    let mut out = Vec::with_capacity(steps.len() + steps.len() / 4);
     for step in steps {
         let action = matches!(
             step,
@@ -2484,7 +2507,14 @@ fn fail_syncs_on_another_thread(steps: Vec<Step>, mut rng: Rng) -> Vec<Step> {
         if action && rng.below(2) == 0 {
             out.push(Step::Fail(Call::BackgroundSync, 1 + rng.below(2) as u32));
         }
+        let ends = matches!(
+            step,
+            Step::Commit(_) | Step::TryCommit(_) | Step::Abort | Step::AbortExplicit
+        );
         out.push(step);
+        if ends && rng.below(4) == 0 {
+            out.push(Step::Idle);
+        }
     }
     out
 }

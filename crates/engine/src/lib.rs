@@ -56,7 +56,9 @@ pub use fs::{CompactionFs, RealFs};
 #[doc(hidden)]
 pub use larch_freelist::{bulk_batches, set_bulk_batch_min};
 #[cfg(feature = "test-hooks")]
-pub use larch_pager::{set_min_map_reservation, BackgroundSync, FileStorage, Storage};
+pub use larch_pager::{
+    after_sync_recorded, set_min_map_reservation, BackgroundSync, FileStorage, Storage,
+};
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use larch_pager::{Killer, LockStep};

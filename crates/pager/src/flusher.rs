@@ -11,6 +11,31 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::storage::BackgroundSync;
 
+thread_local! {
+    /// What the sync running on this flush thread asked to run once its outcome is recorded
+    /// ([`after_sync_recorded`]).
+    static AFTER_RECORDED: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on this flush thread once the sync that calls this (a [`BackgroundSync`] job)
+/// has returned and its outcome is recorded: the handle poisoned, or `synced_through`
+/// raised and the thread idle again. Test storage that orders syncs on another thread in its
+/// log says there that the sync is done, so that the writer it lets go on sees the flush
+/// thread as a sync's end left it, not as the scheduler caught it. Called outside a flush
+/// thread's job, `f` runs when that thread next ends a job, or never.
+pub fn after_sync_recorded(f: Box<dyn FnOnce()>) {
+    AFTER_RECORDED.with(|a| a.borrow_mut().push(f));
+}
+
+/// Run what the sync that just ended asked for ([`after_sync_recorded`]).
+fn run_after_recorded() {
+    let after = AFTER_RECORDED.with(|a| std::mem::take(&mut *a.borrow_mut()));
+    for f in after {
+        f();
+    }
+}
+
 /// A running flush thread and the hand-over slot it waits on.
 #[derive(Debug)]
 pub(crate) struct Flusher {
@@ -149,6 +174,7 @@ fn run(shared: &Shared, poisoned: &AtomicBool, synced_through: &AtomicU64) {
         st.ended = failed;
         drop(st);
         shared.changed.notify_all();
+        run_after_recorded();
         if failed {
             return;
         }

@@ -33,6 +33,7 @@ mod storage;
 mod unfair;
 
 pub use error::{is_disk_full, PagerError, Result};
+pub use flusher::after_sync_recorded;
 pub use heap::release_free_heap;
 #[doc(hidden)]
 pub use kill::{Killer, LockStep};

@@ -133,6 +133,35 @@ impl Drop for Failed {
     }
 }
 
+/// Lets a test driver idle between its steps while the syncs on other threads of one
+/// [`Recording`] end ([`Recording::idle`]): the writer of a real file makes no call while
+/// it waits for the next request, and a flush thread's sync ends (or fails) meanwhile.
+#[derive(Clone, Debug)]
+pub struct Idle {
+    syncs: Arc<BackgroundSyncs>,
+}
+
+impl Idle {
+    /// Every sync on another thread running now ends, as when the pager waits for it
+    /// (`flush_awaited`), and this returns once each has and its thread has recorded it (or,
+    /// one that failed, once its thread has ended).
+    pub fn let_syncs_end(&self) {
+        let bg = &self.syncs;
+        let mut pending = bg.pending.lock().unwrap();
+        for p in pending.iter_mut() {
+            p.1 = 0;
+        }
+        let deadline = std::time::Instant::now() + DUE_SYNC_MAX_WAIT;
+        while !pending.is_empty() {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return;
+            }
+            pending = bg.done.wait_timeout(pending, deadline - now).unwrap().0;
+        }
+    }
+}
+
 /// A sync on another thread whose job has not run to its end: dropped with the job when the
 /// pager drops it unrun (it found no thread to hand it to) or the job panics, it takes the
 /// sync off the pending list, so that nothing waits for a sync no thread will run.
@@ -230,9 +259,10 @@ impl<T> Recording<T> {
     /// Offer syncs on another thread (`Storage::background_sync`): logged as
     /// [`IoOp::SyncStart`] when asked for and [`IoOp::SyncEnd`] when done, so a cut between
     /// them has only what came before the last completed sync on the disk. Each is done once
-    /// `lag` more calls reached the log: the next call waits for it then, so where it ends
-    /// in the log does not depend on how threads are scheduled (a writer that waits for it
-    /// makes it due at once: `flush_awaited`). They take no faults from the plan unless [`Recording::faults_in_background`]
+    /// `lag` more calls reached the log: the call that makes it due waits for it, and for
+    /// its thread to record it, before it returns, so where it ends in the log, and what
+    /// the writer finds of it after that call, do not depend on how threads are scheduled
+    /// (a writer that waits for it makes it due at once: `flush_awaited`). They take no faults from the plan unless [`Recording::faults_in_background`]
     /// says so. Without this, a pager syncs in the foreground where it would have flushed on
     /// another thread.
     pub fn syncs_in_background(mut self, lag: usize) -> Self {
@@ -259,7 +289,6 @@ impl<T> Recording<T> {
         self
     }
 
-    /// Before a call reaches the log: wait for the syncs on other threads that are due.
     /// A write as the storage's write calls make it, logged as `op` makes it. A fault that
     /// cuts it short leaves its first half in the page cache, logged as a plain write (a
     /// durable write cut short is not durable).
@@ -270,6 +299,17 @@ impl<T> Recording<T> {
         op: fn(u64, Vec<u8>) -> IoOp,
     ) -> io::Result<()> {
         self.await_due_syncs();
+        let r = self.write_logged_now(offset, bufs, op);
+        self.await_due_syncs();
+        r
+    }
+
+    fn write_logged_now(
+        &self,
+        offset: u64,
+        bufs: &[&[u8]],
+        op: fn(u64, Vec<u8>) -> IoOp,
+    ) -> io::Result<()> {
         let data = bufs.concat();
         let fault = self.fault(Call::Write);
         let mut log = self.log.lock().unwrap();
@@ -295,6 +335,9 @@ impl<T> Recording<T> {
         }
     }
 
+    /// Before and after a call reaches the log: wait until the syncs on other threads that
+    /// are due have ended and their thread has recorded them, so that between two calls the
+    /// writer finds every due sync done as its end left the pager.
     fn await_due_syncs(&self) {
         if self.background.is_none() {
             return;
@@ -315,6 +358,13 @@ impl<T> Recording<T> {
                 return;
             }
             pending = bg.done.wait_timeout(pending, deadline - now).unwrap().0;
+        }
+    }
+
+    /// What lets a driver idle while this storage's syncs on other threads end ([`Idle`]).
+    pub fn idle(&self) -> Idle {
+        Idle {
+            syncs: self.background_syncs.clone(),
         }
     }
 
@@ -354,6 +404,8 @@ impl<T: Send + 'static> Storage for Recording<T> {
         let mut log = self.log.lock().unwrap();
         self.file.set_len(len)?;
         self.push(&mut log, IoOp::SetLen(len));
+        drop(log);
+        self.await_due_syncs();
         Ok(())
     }
 
@@ -429,8 +481,13 @@ impl<T: Send + 'static> Storage for Recording<T> {
             }
             log.lock().unwrap().push(entry(IoOp::SyncEnd(id)));
             unfinished.finished = true;
-            bg.pending.lock().unwrap().retain(|&(i, _)| i != id);
-            bg.done.notify_all();
+            // Done for the writer once the flush thread has recorded it (its handle's
+            // `synced_through` raised, idle again): a writer let go before that could find
+            // the thread busy or the sync not counted, as the scheduler caught it.
+            larch::after_sync_recorded(Box::new(move || {
+                bg.pending.lock().unwrap().retain(|&(i, _)| i != id);
+                bg.done.notify_all();
+            }));
             Ok(())
         }))
     }
