@@ -121,15 +121,18 @@ struct Failed {
     plan: Arc<dyn FaultPlan>,
 }
 
+impl BackgroundSyncs {
+    /// Sync `id` is done: off the list, and whoever waits for it told.
+    fn end(&self, id: u64) {
+        self.pending.lock().unwrap().retain(|&(i, _)| i != id);
+        self.done.notify_all();
+    }
+}
+
 impl Drop for Failed {
     fn drop(&mut self) {
         self.plan.background_sync_failed();
-        self.syncs
-            .pending
-            .lock()
-            .unwrap()
-            .retain(|&(i, _)| i != self.id);
-        self.syncs.done.notify_all();
+        self.syncs.end(self.id);
     }
 }
 
@@ -175,12 +178,7 @@ struct Unfinished {
 impl Drop for Unfinished {
     fn drop(&mut self) {
         if !self.finished {
-            self.syncs
-                .pending
-                .lock()
-                .unwrap()
-                .retain(|&(i, _)| i != self.id);
-            self.syncs.done.notify_all();
+            self.syncs.end(self.id);
         }
     }
 }
@@ -484,10 +482,7 @@ impl<T: Send + 'static> Storage for Recording<T> {
             // Done for the writer once the flush thread has recorded it (its handle's
             // `synced_through` raised, idle again): a writer let go before that could find
             // the thread busy or the sync not counted, as the scheduler caught it.
-            larch::after_sync_recorded(Box::new(move || {
-                bg.pending.lock().unwrap().retain(|&(i, _)| i != id);
-                bg.done.notify_all();
-            }));
+            larch::after_sync_recorded(Box::new(move || bg.end(id)));
             Ok(())
         }))
     }
