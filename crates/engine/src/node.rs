@@ -936,8 +936,6 @@ impl Node {
     /// Leaf: replace the value of entry `i`; the key stays. An inline value of the same
     /// length is overwritten where it is.
     pub fn set_val(&mut self, i: usize, val: Val<'_>) {
-        // Before the key is copied: moving the arena after it would drop the copy.
-        self.make_room(self.ents[i].klen as usize + val.stored_len());
         let e = self.ents[i];
         if let (Val::Inline(v), false) = (val, e.overflow()) {
             if v.len() == e.vlen as usize {
@@ -946,6 +944,9 @@ impl Node {
                 return;
             }
         }
+        // Before the key is copied: moving the arena after it would drop the copy.
+        self.make_room(e.klen as usize + val.stored_len());
+        let e = self.ents[i];
         let at = self.bytes.len() as u32;
         self.bytes
             .extend_from_within(e.at as usize..e.at as usize + e.klen as usize);
@@ -1490,6 +1491,35 @@ mod tests {
             ents * 100 <= count * 145,
             "{ents} entry slots for {count} entries"
         );
+    }
+
+    #[test]
+    fn a_same_length_overwrite_stays_in_the_page_image_whatever_the_arena_has_room_for() {
+        // Three entries of 1,200-byte values fill a page: the arena decoded from it has
+        // room for no such value more, and an overwrite of the same length needs none.
+        let mut node = Node::empty(9, true, PageRole::Data);
+        for i in 0..3u8 {
+            node.push(&[b'k', i], Val::Inline(&[i; 1200]));
+        }
+        let mut page = Vec::new();
+        node.encode(&mut page, 4096, 3, |_| 0);
+        let parsed = NodePage::parse(9, &page, PageRole::Data).unwrap();
+        let mut n = Node::decode(&parsed, 9, PageRole::Data).unwrap();
+        assert!(n.image);
+        let cap = n.bytes.capacity();
+        n.set_val(1, Val::Inline(&[7; 1200]));
+        assert!(n.image, "a same-length overwrite left the page image");
+        assert_eq!(n.bytes.capacity(), cap);
+        assert_eq!(n.val(1), Val::Inline(&[7; 1200]));
+        // Another length goes to the end of the arena, which grows.
+        n.set_val(1, Val::Inline(&[8; 1100]));
+        assert!(!n.image);
+        assert_eq!(n.val(1), Val::Inline(&[8; 1100]));
+        assert_eq!(
+            (n.val(0), n.val(2)),
+            (Val::Inline(&[0; 1200]), Val::Inline(&[2; 1200]))
+        );
+        assert!(n.dead_holds());
     }
 
     #[test]
