@@ -139,8 +139,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
         Some(Box::new(move || file.sync_data()))
     }
     /// The pager waits for the sync [`Storage::background_sync`] gave, with no other call to
-    /// come meanwhile (`Pager::wait_background_flush`, and a pager dropped). Storage that ends its syncs by what it
-    /// sees (test storage that logs calls) ends it now; the default does nothing.
+    /// come meanwhile (`Pager::wait_background_flush`, and a pager dropped). Storage that
+    /// ends its syncs by what it sees (test storage that logs calls) ends it now; the default
+    /// does nothing.
     fn flush_awaited(&self) {}
     /// Whether [`Storage::background_sync`] gives a sync, asked once at open.
     fn syncs_in_background(&self) -> bool {

@@ -260,9 +260,9 @@ impl<T> Recording<T> {
     /// `lag` more calls reached the log: the call that makes it due waits for it, and for
     /// its thread to record it, before it returns, so where it ends in the log, and what
     /// the writer finds of it after that call, do not depend on how threads are scheduled
-    /// (a writer that waits for it makes it due at once: `flush_awaited`). They take no faults from the plan unless [`Recording::faults_in_background`]
-    /// says so. Without this, a pager syncs in the foreground where it would have flushed on
-    /// another thread.
+    /// (a writer that waits for it makes it due at once: `flush_awaited`). They take no
+    /// faults from the plan unless [`Recording::faults_in_background`] says so. Without this,
+    /// a pager syncs in the foreground where it would have flushed on another thread.
     pub fn syncs_in_background(mut self, lag: usize) -> Self {
         self.background = Some(lag);
         self
