@@ -243,6 +243,57 @@ mod tests {
     }
 
     #[test]
+    fn what_a_sync_asks_to_run_after_it_runs_once_its_outcome_is_recorded() {
+        // What the hook saw: the thread idle (a sync could be handed over), the number the
+        // sync raised `synced_through` to, and whether the handle was poisoned.
+        type Seen = Arc<std::sync::Mutex<Vec<(bool, u64, bool)>>>;
+        let (f, poisoned, through) = flusher();
+        let f = Arc::new(f);
+        let seen: Seen = Arc::default();
+        let job = |fails: bool| -> BackgroundSync {
+            let (f, seen) = (Arc::downgrade(&f), seen.clone());
+            let (poisoned, through) = (poisoned.clone(), through.clone());
+            Box::new(move || {
+                after_sync_recorded(Box::new(move || {
+                    let idle = !f.upgrade().unwrap().shared.state.lock().busy;
+                    seen.lock().unwrap().push((
+                        idle,
+                        through.load(Ordering::SeqCst),
+                        poisoned.load(Ordering::SeqCst),
+                    ));
+                }));
+                if fails {
+                    Err(std::io::Error::other("a sync that fails"))
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        for seq in 1..=3 {
+            assert!(f.start(job(false), seq));
+            f.wait_idle();
+            // The hook runs after the thread went idle, maybe after this wait returned.
+            while seen.lock().unwrap().len() < seq as usize {
+                std::thread::yield_now();
+            }
+        }
+        assert!(f.start(job(true), 4));
+        f.wait_idle();
+        while seen.lock().unwrap().len() < 4 {
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                (true, 1, false),
+                (true, 2, false),
+                (true, 3, false),
+                (true, 3, true)
+            ]
+        );
+    }
+
+    #[test]
     fn dropping_waits_for_the_sync_that_runs() {
         let (f, _, through) = flusher();
         let done = Arc::new(AtomicBool::new(false));
