@@ -524,19 +524,32 @@ fn random_cuts_of_background_compaction_racing_nometasync_commits_keep_every_dur
     let mut total = 0;
     let mut switches = 0;
     for seed in 1..=2u64 {
-        let trace = run_with(
-            Mode::BackgroundBusy,
-            80,
-            seed * 0x2545_f491,
-            false,
-            None,
-            Durability::NoMetaSync,
-        );
-        let [saved, behind] = metas_written(&trace, 0);
-        assert!(
-            behind >= 2 && (seed % 2 == 1 || saved >= 2),
-            "seed {seed}: {saved} metas saved the free map, {behind} left it behind"
-        );
+        // As in the test above, where the switch falls differs from run to run: for seed 2,
+        // whose low cap must make the first file's metas both save the free map and leave it
+        // behind, one that comes early leaves too few that saved it (1 saved and 6 behind in
+        // a CI run), and such a run is made again, at most five times.
+        let mut tries = 0;
+        let trace = loop {
+            let trace = run_with(
+                Mode::BackgroundBusy,
+                80,
+                seed * 0x2545_f491,
+                false,
+                None,
+                Durability::NoMetaSync,
+            );
+            let [saved, behind] = metas_written(&trace, 0);
+            tries += 1;
+            if behind >= 2 && (seed % 2 == 1 || saved >= 2) {
+                break trace;
+            }
+            assert!(
+                tries < 5,
+                "seed {seed}: none of {tries} runs had metas that both saved the free map and \
+                 left it behind in the first file (the last: {saved} saved it, {behind} left \
+                 it behind)"
+            );
+        };
         let (cuts, switched) = random_cuts(
             &trace,
             seed,
