@@ -2671,6 +2671,8 @@ struct RandomStats {
     images: usize,
     adversarial: usize,
     coverage: Coverage,
+    /// Async commits made durable by `max_unsynced_age` (the seeds that set it).
+    aged_points: usize,
 }
 
 fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
@@ -2678,6 +2680,14 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
         // Half of these make an Async or NoMetaSync commit durable once 16 KiB of replaced
         // pages wait for one (max_unsynced_bytes), so runs of them end in forced Sync commits.
         0 if seed % 8 == 4 => Options::default().max_unsynced_bytes(Some(16 << 10)),
+        // A sixteenth make one durable once the oldest commit not durable is older than a
+        // nanosecond (`max_unsynced_age`): every commit after a non-durable one, where the
+        // meta slot allows. The handle's timer is off: its syncs would come at times the
+        // scheduler picks; they are `Db::sync`'s, which the workloads make themselves.
+        0 if seed % 16 == 8 => Options::default()
+            .max_unsynced_bytes(None)
+            .max_unsynced_age(Some(std::time::Duration::from_nanos(1)))
+            .unsynced_age_timer(false),
         0 => Options::default(),
         1 => Options::default().policy(Policy::Null),
         2 => Options::default().page_size(8192),
@@ -2713,7 +2723,11 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
         Some(_) if faults.below(2) == 0 => fail_syncs_on_another_thread(random_steps(seed), faults),
         _ => random_steps(seed),
     };
-    check_workload(seed, &steps, opts, background, dir)
+    let mut st = check_workload(seed, &steps, opts, background, dir);
+    if seed % 16 == 8 {
+        st.aged_points = st.coverage.forced_durable_points;
+    }
+    st
 }
 
 /// Run `steps` (the script of random seed `seed`) and check 40 random cuts of it, and a few
@@ -2759,6 +2773,7 @@ fn check_workload(
         images: 40,
         adversarial,
         coverage: trace.coverage,
+        aged_points: 0,
     }
 }
 
@@ -2784,6 +2799,7 @@ fn random_workloads_survive_random_cuts() {
                 total.ops += st.ops;
                 total.images += st.images;
                 total.adversarial += st.adversarial;
+                total.aged_points += st.aged_points;
                 total.coverage.add(&st.coverage);
             }
             Err(e) => {
@@ -2851,12 +2867,15 @@ fn random_workloads_survive_random_cuts() {
                 && c.durable_point_syncs[1][0] > 0
                 && c.durable_point_syncs[0][1] > 0
                 && c.forced_durable_points > 0
+                && total.aged_points > 0
                 && c.background_syncs > 0
                 && c.background_points > 0
                 && c.point_waits > 0
                 && c.background_failures.iter().sum::<usize>() > 0
                 && c.readers_held.iter().all(|&n| n > 0),
-            "the generator no longer makes every case: {c:?}"
+            "the generator no longer makes every case: {c:?}, commits made durable by their \
+             age: {}",
+            total.aged_points
         );
     }
     assert!(

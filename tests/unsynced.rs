@@ -430,3 +430,140 @@ fn a_failed_background_flush_fails_the_next_sync() {
     let n = rx.open_tree("t").unwrap().iter().unwrap().count();
     assert_eq!(n, KEYS as usize);
 }
+
+/// `Options::max_unsynced_age` at commit: with the timer off, an Async or NoMetaSync commit
+/// that finds a commit older than the age not durable makes itself durable, or leaves it to
+/// the next commit when its meta would take the durable meta's slot. At a nanosecond no
+/// commit is more than two behind the durable one: of Async commits every third is durable
+/// (one not aged, one whose slot is the durable meta's, one made durable), of NoMetaSync ones
+/// every second (the meta before it is the one its sync makes durable, in the other slot).
+/// A long age and no age make none durable.
+#[test]
+fn commits_older_than_the_unsynced_age_are_made_durable_by_the_next_commit() {
+    use std::time::Duration;
+    for durability in [Durability::Async, Durability::NoMetaSync] {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |age: Option<Duration>, name: &str| {
+            let opts = Options::default()
+                .durability(durability)
+                .max_unsynced_bytes(None)
+                .max_unsynced_age(age)
+                .unsynced_age_timer(false);
+            let db = open_loaded(&dir.path().join(name), opts, KEYS);
+            let mut durable_commits = 0;
+            let mut most_behind = 0;
+            for round in 0..200u32 {
+                let tx = db.begin_write().unwrap();
+                let txid = tx.txid();
+                tx.open_tree("t")
+                    .unwrap()
+                    .insert(&(round % KEYS).to_be_bytes(), &[round as u8; VALUE])
+                    .unwrap();
+                tx.commit().unwrap();
+                let durable = db.stats().unwrap().durable_txid;
+                if durable == txid {
+                    durable_commits += 1;
+                }
+                most_behind = most_behind.max(txid - durable);
+            }
+            (durable_commits, most_behind)
+        };
+        let (durable, behind) = run(Some(Duration::from_nanos(1)), "ns.larch");
+        assert!(
+            durable
+                >= if durability == Durability::Async {
+                    66
+                } else {
+                    100
+                }
+                && behind <= 2,
+            "{durability:?}, a nanosecond: {durable} of 200 commits durable, one {behind} behind"
+        );
+        // Without an age bound: NoMetaSync's data sync makes the meta before it durable.
+        let behind_without = if durability == Durability::Async {
+            200
+        } else {
+            1
+        };
+        let (durable, behind) = run(Some(Duration::from_secs(3600)), "hour.larch");
+        assert!(
+            durable == 0 && behind == behind_without,
+            "{durability:?}, an hour: {durable} commits durable, at most {behind} behind"
+        );
+        let (durable, behind) = run(None, "none.larch");
+        assert!(
+            durable == 0 && behind == behind_without,
+            "{durability:?}, no age: {durable} commits durable, at most {behind} behind"
+        );
+    }
+    assert!(Options::default()
+        .max_unsynced_age(Some(Duration::ZERO))
+        .validate()
+        .is_err());
+}
+
+/// The handle's timer makes the last commits of a burst durable once they are `age` old,
+/// with no commit after them; without the timer they stay not durable. Dropping the handle
+/// stops its timer: the file can be opened again at once, as often as it is closed.
+#[test]
+fn a_quiet_handle_makes_its_last_commits_durable_once_they_are_as_old_as_the_age() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let age = Duration::from_millis(30);
+    for (timer, name) in [(true, "timer.larch"), (false, "no-timer.larch")] {
+        let opts = Options::default()
+            .durability(Durability::Async)
+            .max_unsynced_bytes(None)
+            .max_unsynced_age(Some(age))
+            .unsynced_age_timer(timer);
+        let db = open_loaded(&dir.path().join(name), opts, KEYS);
+        let mut last = 0;
+        for round in 0..10u32 {
+            let tx = db.begin_write().unwrap();
+            last = tx.txid();
+            tx.open_tree("t")
+                .unwrap()
+                .insert(&round.to_be_bytes(), b"burst")
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        // A commit of the burst that found one older than the age made itself durable:
+        // what the timer adds is what becomes durable after the burst.
+        let after_burst = db.stats().unwrap().durable_txid;
+        let start = Instant::now();
+        let waited_for = if timer {
+            Duration::from_secs(30)
+        } else {
+            age * 10
+        };
+        while db.stats().unwrap().durable_txid < last && start.elapsed() < waited_for {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let durable = db.stats().unwrap().durable_txid;
+        if timer {
+            assert_eq!(durable, last, "the timer made the burst durable");
+        } else {
+            assert_eq!(
+                durable, after_burst,
+                "nothing but the timer makes a commit durable after the burst"
+            );
+        }
+    }
+    let path = dir.path().join("reopened.larch");
+    for _ in 0..20 {
+        let opts = Options::default()
+            .durability(Durability::Async)
+            .max_unsynced_age(Some(Duration::from_millis(1)));
+        let db = Db::open(&path, opts).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
+        tx.commit().unwrap();
+        drop(db);
+    }
+    let db = Db::open(&path, Options::default()).unwrap();
+    let rx = db.begin_read().unwrap();
+    assert_eq!(
+        rx.open_tree("t").unwrap().get(b"k").unwrap(),
+        Some(&b"v"[..])
+    );
+}

@@ -115,9 +115,109 @@ impl Drop for Db {
             // interrupted, and a process that closes before its compaction ends (one that
             // opens, writes a little and closes) would otherwise never compact the file
             // (docs/format.md, "By threshold").
+            self.shared.age_timer.stop();
             self.shared.compaction.timer.stop();
             self.shared.compaction.join();
         }
+    }
+}
+
+/// [`Db::sync`] for every handle of `shared` (the handle's own calls and its age timer).
+pub(crate) fn sync_shared(shared: &Arc<Shared>) -> Result<()> {
+    loop {
+        let open_file = shared.current_file();
+        open_file.pager.check_writable()?;
+        let writer = open_file.writer.try_lock();
+        let mut st = open_file.durability.lock();
+        if open_file.superseded.load(Ordering::Acquire) {
+            // A switch renamed a compacted file over this one and is making it current:
+            // the lock file names the new file's commits already, and this file may
+            // neither publish nor take the writer lock (a sync here that published
+            // this file's newest commit had the next writer rebuild from an older meta).
+            drop((st, writer));
+            std::thread::yield_now();
+            continue;
+        }
+        if let Some(lock) = open_file.lock() {
+            if !lock.held() {
+                // Every commit of this process has its meta on disk (it keeps the writer
+                // lock until then), and another process may be writing: no meta may be
+                // written from here. Syncing the file makes them durable. The durability
+                // lock is held across the sync: a writer thread of this process may take
+                // the writer lock meanwhile, and a meta it wrote after the sync began
+                // (NoMetaSync) must not be counted as synced (commit_meta waits for it).
+                // Every meta on disk when the sync starts is durable when it ends.
+                let on_disk = lock.file.committed_txid();
+                open_file.pager.sync()?;
+                if let Some(k) = on_disk {
+                    lock.file.publish_durable(k);
+                }
+                st.synced_on_disk();
+                open_file.note_durable(st.durable);
+                drop(st);
+                // Catching up with other processes costs a take of their writer lock and a
+                // rebuild: only for the threshold.
+                let threshold = shared.opts.compaction_threshold.is_some();
+                if let Some(mut w) = writer.filter(|_| threshold) {
+                    if open_file.writer_state_for_check(&mut w) {
+                        crate::autocompact::check_quiet(shared, &open_file, &mut w);
+                    }
+                    open_file.release_writer_if_on_disk();
+                }
+                return Ok(());
+            }
+        }
+        if open_file.retired.load(Ordering::Acquire) {
+            continue;
+        }
+        st.sync_all(&open_file)?;
+        open_file.publish_on_disk(&st);
+        if let Some(mut w) = writer {
+            open_file.trim_to_durable(&st);
+            drop(st);
+            // The durable txid moved: a window ended for the compaction threshold.
+            crate::autocompact::check_quiet(shared, &open_file, &mut w);
+            open_file.release_writer_if_on_disk();
+        }
+        return Ok(());
+    }
+}
+
+/// The handle's timer for [`Options::max_unsynced_age`](crate::Options::max_unsynced_age):
+/// while the handle is open, every quarter of the age (at least every millisecond), make the
+/// newest commit durable when the oldest commit not durable is that old: after a burst of
+/// Async commits with none after it, no commit comes to do it. Errors are the next call's
+/// (a failed sync poisons the handle).
+pub(crate) fn start_age_timer(shared: &Arc<Shared>) {
+    let Some(age) = shared.opts.max_unsynced_age else {
+        return;
+    };
+    if shared.opts.read_only || !shared.opts.unsynced_age_timer {
+        return;
+    }
+    let weak = Arc::downgrade(shared);
+    let every = (age / 4).max(std::time::Duration::from_millis(1));
+    let spawned = std::thread::Builder::new()
+        .name("larch-age-timer".into())
+        .spawn(move || loop {
+            let Some(h) = weak.upgrade() else {
+                return;
+            };
+            if h.age_timer.wait(every) {
+                return;
+            }
+            let stale = h
+                .current_file()
+                .durability
+                .lock()
+                .unsynced_age(std::time::Instant::now())
+                .is_some_and(|a| a >= age);
+            if stale {
+                let _ = sync_shared(&h);
+            }
+        });
+    if let Ok(t) = spawned {
+        *shared.age_timer.thread.lock() = Some(t);
     }
 }
 
@@ -408,8 +508,10 @@ impl Db {
                 snapshots: Default::default(),
                 leaf_overflows: Default::default(),
                 spilled_pages: Default::default(),
+                age_timer: Default::default(),
             }),
         };
+        start_age_timer(&db.shared);
         crate::autocompact::start_timer(&db.shared);
         crate::autocompact::at_open(&db.shared);
         db
@@ -611,63 +713,7 @@ impl Db {
     /// # Ok::<(), larch_engine::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
-        loop {
-            let open_file = self.current_file();
-            open_file.pager.check_writable()?;
-            let writer = open_file.writer.try_lock();
-            let mut st = open_file.durability.lock();
-            if open_file.superseded.load(Ordering::Acquire) {
-                // A switch renamed a compacted file over this one and is making it current:
-                // the lock file names the new file's commits already, and this file may
-                // neither publish nor take the writer lock (a sync here that published
-                // this file's newest commit had the next writer rebuild from an older meta).
-                drop((st, writer));
-                std::thread::yield_now();
-                continue;
-            }
-            if let Some(lock) = open_file.lock() {
-                if !lock.held() {
-                    // Every commit of this process has its meta on disk (it keeps the writer
-                    // lock until then), and another process may be writing: no meta may be
-                    // written from here. Syncing the file makes them durable. The durability
-                    // lock is held across the sync: a writer thread of this process may take
-                    // the writer lock meanwhile, and a meta it wrote after the sync began
-                    // (NoMetaSync) must not be counted as synced (commit_meta waits for it).
-                    // Every meta on disk when the sync starts is durable when it ends.
-                    let on_disk = lock.file.committed_txid();
-                    open_file.pager.sync()?;
-                    if let Some(k) = on_disk {
-                        lock.file.publish_durable(k);
-                    }
-                    st.synced_on_disk();
-                    open_file.note_durable(st.durable);
-                    drop(st);
-                    // Catching up with other processes costs a take of their writer lock and a
-                    // rebuild: only for the threshold.
-                    let threshold = self.shared.opts.compaction_threshold.is_some();
-                    if let Some(mut w) = writer.filter(|_| threshold) {
-                        if open_file.writer_state_for_check(&mut w) {
-                            crate::autocompact::check_quiet(&self.shared, &open_file, &mut w);
-                        }
-                        open_file.release_writer_if_on_disk();
-                    }
-                    return Ok(());
-                }
-            }
-            if open_file.retired.load(Ordering::Acquire) {
-                continue;
-            }
-            st.sync_all(&open_file)?;
-            open_file.publish_on_disk(&st);
-            if let Some(mut w) = writer {
-                open_file.trim_to_durable(&st);
-                drop(st);
-                // The durable txid moved: a window ended for the compaction threshold.
-                crate::autocompact::check_quiet(&self.shared, &open_file, &mut w);
-                open_file.release_writer_if_on_disk();
-            }
-            return Ok(());
-        }
+        sync_shared(&self.shared)
     }
 
     /// What this handle has written and synced so far (for benchmarks: write calls are

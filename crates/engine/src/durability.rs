@@ -2,7 +2,8 @@
 //! protocol"). The rule that keeps a fallback: the meta slot being written never holds the
 //! last durable meta.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use larch_pager::{ManifestRun, Meta};
 
@@ -31,6 +32,11 @@ pub(crate) struct DurableState {
     pub batch: Batch,
     /// An Async commit being made durable while the writer goes on (`start_point`).
     pub point: Option<Point>,
+    /// When this handle's commits were published, for `Options::max_unsynced_age`
+    /// (`unsynced_age`): samples `(txid, at)`, each saying that every commit from `txid`
+    /// up to the next sample's was published at `at` or later. At most one sample per
+    /// eighth of the age; kept only with that option.
+    published: VecDeque<(TxId, Instant)>,
 }
 
 /// A durable point made in the background (docs/format.md, "Durable points in the
@@ -63,7 +69,47 @@ impl DurableState {
             meta_written: meta.txid,
             batch: Batch::default(),
             point: None,
+            published: VecDeque::new(),
         }
+    }
+
+    /// Commit `txid` was just published: sample the time if the last sample is `every` old
+    /// (a commit published within `every` of the last sample counts as published then, so
+    /// its age can read up to `every` too old, never too young).
+    fn note_published(&mut self, txid: TxId, every: Duration) {
+        self.forget_durable_samples();
+        if self.durable >= txid {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .published
+            .back()
+            .is_none_or(|&(_, at)| now.saturating_duration_since(at) >= every)
+        {
+            self.published.push_back((txid, now));
+        }
+    }
+
+    /// Drop the samples that cover only durable commits.
+    fn forget_durable_samples(&mut self) {
+        if self.durable >= self.committed.txid {
+            self.published.clear();
+            return;
+        }
+        while self.published.len() >= 2 && self.published[1].0 <= self.durable + 1 {
+            self.published.pop_front();
+        }
+    }
+
+    /// How long the oldest commit of this handle that is not durable has been published,
+    /// at most an eighth of `Options::max_unsynced_age` too long (`note_published`); `None`
+    /// when every commit is durable, or none was sampled (the option is off).
+    pub(crate) fn unsynced_age(&mut self, now: Instant) -> Option<Duration> {
+        self.forget_durable_samples();
+        self.published
+            .front()
+            .map(|&(_, at)| now.saturating_duration_since(at))
     }
 
     /// Pages written by a commit up to this one may be in a tree that open could pick after
@@ -511,6 +557,9 @@ impl DurableState {
         self.committed = meta;
         if self.durable == meta.txid {
             self.batch.reset();
+        }
+        if let Some(age) = file.opts.max_unsynced_age {
+            self.note_published(meta.txid, age / 8);
         }
         self.drop_overtaken_point();
         file.note_durable(self.durable);

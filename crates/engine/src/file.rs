@@ -120,6 +120,8 @@ pub(crate) struct Shared {
     pub leaf_overflows: crate::redistribute::LeafOverflowCounts,
     /// Leaves written before their commit (`Txn::spill`, `IoStats::spilled_pages`).
     pub spilled_pages: std::sync::atomic::AtomicU64,
+    /// The timer of `Options::max_unsynced_age` (db.rs, `start_age_timer`).
+    pub age_timer: crate::compaction_state::Timer,
 }
 
 impl Shared {

@@ -95,6 +95,11 @@ pub struct Options {
     pub(crate) group_commit: bool,
     pub(crate) fall_back_on_damage: bool,
     pub(crate) max_unsynced: Unsynced,
+    /// [`Options::max_unsynced_age`].
+    pub(crate) max_unsynced_age: Option<std::time::Duration>,
+    /// Whether a handle with a `max_unsynced_age` runs its timer (off only in tests:
+    /// [`Options::unsynced_age_timer`]).
+    pub(crate) unsynced_age_timer: bool,
     /// [`CARRIED_MAX`] unless a test lowers it ([`Options::carried_max_bits`]).
     pub(crate) carried_max: usize,
 }
@@ -147,6 +152,8 @@ impl Default for Options {
             group_commit: true,
             fall_back_on_damage: false,
             max_unsynced: Unsynced::Auto,
+            max_unsynced_age: None,
+            unsynced_age_timer: true,
             carried_max: CARRIED_MAX,
         }
     }
@@ -172,6 +179,11 @@ impl Options {
         if self.max_unsynced == Unsynced::Bytes(0) {
             return Err(crate::Error::InvalidOption(
                 "max_unsynced_bytes of 0: use Durability::Sync to make every commit durable".into(),
+            ));
+        }
+        if self.max_unsynced_age == Some(std::time::Duration::ZERO) {
+            return Err(crate::Error::InvalidOption(
+                "max_unsynced_age of 0: use Durability::Sync to make every commit durable".into(),
             ));
         }
         if let Some(t) = self.compaction_threshold {
@@ -473,6 +485,54 @@ impl Options {
             Some(b) => Unsynced::Bytes(b),
             None => Unsynced::Off,
         };
+        self
+    }
+
+    /// Bound how long a commit that is not durable (`Async`, `NoMetaSync`) stays so: a
+    /// commit that finds one older than `age` not yet durable is made durable itself (as
+    /// `Sync`, or the next commit when its meta would take the durable meta's slot), and
+    /// while a handle is open a timer looks every quarter of `age` (at least every
+    /// millisecond) and, when no commit came to do it, makes the newest commit durable as
+    /// [`Db::sync`](crate::Db::sync) does. A power cut then loses at most about `age` and a
+    /// quarter of acknowledged commits, plus the time one sync takes. `None` (the default,
+    /// as in LMDB and libmdbx) bounds only the space they keep
+    /// ([`Options::max_unsynced_bytes`]); libmdbx's `MDBX_opt_sync_period` is the same
+    /// bound. The cost is one durable commit per `age` while commits come.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use larch_engine::{Db, Durability, Options};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let opts = Options::default()
+    ///     .durability(Durability::Async)
+    ///     .max_unsynced_age(Some(Duration::from_millis(20)));
+    /// let db = Db::open(dir.path().join("t.larch"), opts)?;
+    /// let tx = db.begin_write()?;
+    /// tx.open_tree("t")?.insert(b"k", b"v")?;
+    /// tx.commit()?;
+    /// let before = db.io_stats().syncs;
+    /// // No more commits: the handle's timer makes this one durable.
+    /// let mut waited = 0;
+    /// while db.io_stats().syncs == before && waited < 2000 {
+    ///     std::thread::sleep(Duration::from_millis(5));
+    ///     waited += 1;
+    /// }
+    /// assert!(db.io_stats().syncs > before);
+    /// # Ok::<(), larch_engine::Error>(())
+    /// ```
+    pub fn max_unsynced_age(mut self, age: Option<std::time::Duration>) -> Self {
+        self.max_unsynced_age = age;
+        self
+    }
+
+    /// Whether a handle with a [`Options::max_unsynced_age`] runs the timer that makes a
+    /// quiet handle's last commits durable (on by default). Turned off by the power-cut
+    /// simulation, which makes every sync at a call it chooses; commits still look at the
+    /// age. For tests only.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn unsynced_age_timer(mut self, on: bool) -> Self {
+        self.unsynced_age_timer = on;
         self
     }
 

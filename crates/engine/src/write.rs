@@ -581,7 +581,9 @@ impl Txn {
     }
 
     /// What `Options::max_unsynced_bytes` asks of this commit, from the pages that wait for a
-    /// durable commit (freed by commits after the durable one, this one included). At each
+    /// durable commit (freed by commits after the durable one, this one included), and
+    /// `Options::max_unsynced_age`, from how long the oldest commit not durable has been
+    /// (past it, the same as past the bound on bytes). At each
     /// half of the limit, an Async commit starts a durable point in the background
     /// (durability.rs, `Point`): the writer goes on while another thread syncs, and a later
     /// commit writes its meta durably by itself. Where no point can start (one is in flight,
@@ -601,11 +603,19 @@ impl Txn {
             .high_water
             .saturating_sub(self.writer.unreachable_pages())
             * ps;
-        let Some(limit) = self.db.opts.max_unsynced.limit(live) else {
+        let limit = self.db.opts.max_unsynced.limit(live);
+        let max_age = self.db.opts.max_unsynced_age;
+        if limit.is_none() && max_age.is_none() {
             return DurablePoint::None;
-        };
-        let (durable, synced_first, in_flight, syncing, possible, next_possible) = {
-            let st = self.db.durability.lock();
+        }
+        let limit = limit.unwrap_or(u64::MAX);
+        let (durable, synced_first, in_flight, syncing, possible, next_possible, stale) = {
+            let mut st = self.db.durability.lock();
+            // `Options::max_unsynced_age`: a commit not durable for that long.
+            let stale = max_age.is_some_and(|max| {
+                st.unsynced_age(std::time::Instant::now())
+                    .is_some_and(|age| age >= max)
+            });
             // A NoMetaSync meta not yet synced is durable after the data sync that starts
             // this commit's durable point: that is the slot to keep.
             // Points in the background need a sync on another thread.
@@ -618,6 +628,7 @@ impl Txn {
                 st.point_syncing(),
                 asynchronous && st.point_possible(self.txid),
                 asynchronous && st.point_possible(self.txid + 1),
+                stale,
             )
         };
         let pending = &mut self.writer.free.pending;
@@ -627,13 +638,15 @@ impl Txn {
             self.writer.flush_started_at = 0;
         }
         let half = waiting >= self.writer.flush_started_at + limit / 2 && waiting < limit;
-        let point = if waiting >= limit && syncing && self.durability == Durability::Async {
+        // The bound on bytes, or on age.
+        let over = waiting >= limit || stale;
+        let point = if over && syncing && self.durability == Durability::Async {
             // The bound, with a point's sync running: that sync has written back most of
             // what waits, and a new one would write back everything since as well.
             DurablePoint::Wait
         } else if self.txid % 2 == synced_first % 2 {
             DurablePoint::None
-        } else if waiting >= limit {
+        } else if over {
             // The bound: durable here and now (overtaking a point in flight).
             DurablePoint::Now
         } else if half && !in_flight && possible {
