@@ -2671,8 +2671,11 @@ struct RandomStats {
     images: usize,
     adversarial: usize,
     coverage: Coverage,
-    /// Async commits made durable by `max_unsynced_age` (the seeds that set it).
-    aged_points: usize,
+    /// In the seeds that set `max_unsynced_age`: Async commits that synced, waited for a
+    /// durable point's sync in flight, and durable points finished in the background.
+    aged: [usize; 3],
+    /// Async commits that synced in the seeds with only the bound on bytes.
+    bounded_points: usize,
 }
 
 fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
@@ -2682,10 +2685,13 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
         0 if seed % 8 == 4 => Options::default().max_unsynced_bytes(Some(16 << 10)),
         // A sixteenth make one durable once the oldest commit not durable is older than a
         // nanosecond (`max_unsynced_age`): every commit after a non-durable one, where the
-        // meta slot allows. The handle's timer is off: its syncs would come at times the
-        // scheduler picks; they are `Db::sync`'s, which the workloads make themselves.
+        // meta slot allows, beside the bound on bytes (half of them with syncs on another
+        // thread, so that an aged commit can find a durable point in flight and wait for
+        // it). The handle's timer is off: its syncs would come at times the scheduler picks;
+        // they are `Db::sync`'s, which these workloads make between transactions and
+        // crash_threads.rs from another thread while transactions run.
         0 if seed % 16 == 8 => Options::default()
-            .max_unsynced_bytes(None)
+            .max_unsynced_bytes(Some(16 << 10))
             .max_unsynced_age(Some(std::time::Duration::from_nanos(1)))
             .unsynced_age_timer(false),
         0 => Options::default(),
@@ -2716,8 +2722,8 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
     // thread where a file would be flushed there (the background flushes ahead of a forced
     // durable point), each done 1 to 16 calls later; half of those fail some of them.
     let all = std::env::var("LARCH_CRASH_BACKGROUND").is_ok_and(|v| v == "all");
-    let background =
-        (seed % 16 == 12 || (all && seed % 8 == 4)).then_some(1 + (seed / 8 % 16) as usize);
+    let background = (seed % 16 == 12 || seed % 32 == 8 || (all && seed % 8 == 4))
+        .then_some(1 + (seed / 8 % 16) as usize);
     let mut faults = Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) | 1);
     let steps = match background {
         Some(_) if faults.below(2) == 0 => fail_syncs_on_another_thread(random_steps(seed), faults),
@@ -2725,7 +2731,13 @@ fn check_random_workload(seed: u64, dir: &Path) -> RandomStats {
     };
     let mut st = check_workload(seed, &steps, opts, background, dir);
     if seed % 16 == 8 {
-        st.aged_points = st.coverage.forced_durable_points;
+        st.aged = [
+            st.coverage.forced_durable_points,
+            st.coverage.point_waits,
+            st.coverage.background_points,
+        ];
+    } else if seed % 8 == 4 {
+        st.bounded_points = st.coverage.forced_durable_points;
     }
     st
 }
@@ -2773,7 +2785,8 @@ fn check_workload(
         images: 40,
         adversarial,
         coverage: trace.coverage,
-        aged_points: 0,
+        aged: [0; 3],
+        bounded_points: 0,
     }
 }
 
@@ -2799,7 +2812,10 @@ fn random_workloads_survive_random_cuts() {
                 total.ops += st.ops;
                 total.images += st.images;
                 total.adversarial += st.adversarial;
-                total.aged_points += st.aged_points;
+                for (t, a) in total.aged.iter_mut().zip(st.aged) {
+                    *t += a;
+                }
+                total.bounded_points += st.bounded_points;
                 total.coverage.add(&st.coverage);
             }
             Err(e) => {
@@ -2808,12 +2824,14 @@ fn random_workloads_survive_random_cuts() {
         }
     }
     eprintln!(
-        "random workloads: {cases} seeds ({} failed), {} ops, {} power cuts + {} losing or tearing one write; {:?}",
+        "random workloads: {cases} seeds ({} failed), {} ops, {} power cuts + {} losing or tearing one write; {:?}; forced by bytes alone {}, with an age (forced, waits, background points) {:?}",
         failed.len(),
         total.ops,
         total.images,
         total.adversarial,
-        total.coverage
+        total.coverage,
+        total.bounded_points,
+        total.aged
     );
     let c = total.coverage;
     eprintln!(
@@ -2866,16 +2884,17 @@ fn random_workloads_survive_random_cuts() {
                 && c.three_from_two > 0
                 && c.durable_point_syncs[1][0] > 0
                 && c.durable_point_syncs[0][1] > 0
-                && c.forced_durable_points > 0
-                && total.aged_points > 0
+                && total.bounded_points > 0
+                && total.aged.iter().all(|&n| n > 0)
                 && c.background_syncs > 0
                 && c.background_points > 0
                 && c.point_waits > 0
                 && c.background_failures.iter().sum::<usize>() > 0
                 && c.readers_held.iter().all(|&n| n > 0),
-            "the generator no longer makes every case: {c:?}, commits made durable by their \
-             age: {}",
-            total.aged_points
+            "the generator no longer makes every case: {c:?}; forced by the bound on bytes \
+             alone: {}; with an age, forced, waits, points in the background: {:?}",
+            total.bounded_points,
+            total.aged
         );
     }
     assert!(

@@ -316,6 +316,9 @@ fn switch(h: &Arc<Shared>, tmp: &Path) -> Result<CompactReport> {
         .map_err(|e| io_err("open compacted file", tmp, e))?;
     let mut opts = h.opts;
     opts.compaction_threshold = None;
+    // Nor an age timer: the handle the copy is opened with is not the user's, and once the
+    // switch makes its file current, the user's handle's timer looks at it.
+    opts.max_unsynced_age = None;
     let storage = h.fs.storage(tmp, file, opts.write_mode);
     // Shared flock when other processes may open it after the switch (through the lock file).
     let flock = if old.lock().is_some() {

@@ -184,9 +184,12 @@ pub(crate) fn sync_shared(shared: &Arc<Shared>) -> Result<()> {
 }
 
 /// The handle's timer for [`Options::max_unsynced_age`](crate::Options::max_unsynced_age):
-/// while the handle is open, every quarter of the age (at least every millisecond), make the
-/// newest commit durable when the oldest commit not durable is that old: after a burst of
-/// Async commits with none after it, no commit comes to do it. Errors are the next call's
+/// while the handle is open, every quarter of the age (but not more often than once a
+/// millisecond), make the newest commit durable when the oldest commit not durable is that
+/// old: after a burst of Async commits with none after it, no commit comes to do it. Also
+/// when a background switch's directory fsync failed and waits for the next sync: the
+/// commits the switch carried over are durable in the new file but not under its name, and
+/// the new file's state, which starts durable, gives them no age. Errors are the next call's
 /// (a failed sync poisons the handle).
 pub(crate) fn start_age_timer(shared: &Arc<Shared>) {
     let Some(age) = shared.opts.max_unsynced_age else {
@@ -206,13 +209,14 @@ pub(crate) fn start_age_timer(shared: &Arc<Shared>) {
             if h.age_timer.wait(every) {
                 return;
             }
-            let stale = h
-                .current_file()
+            let f = h.current_file();
+            let stale = f
                 .durability
                 .lock()
                 .unsynced_age(std::time::Instant::now())
                 .is_some_and(|a| a >= age);
-            if stale {
+            if stale || f.pager.name_unsynced() {
+                drop(f);
                 let _ = sync_shared(&h);
             }
         });

@@ -490,9 +490,11 @@ impl Options {
 
     /// Bound how long a commit that is not durable (`Async`, `NoMetaSync`) stays so: a
     /// commit that finds one older than `age` not yet durable is made durable itself (as
-    /// `Sync`, or the next commit when its meta would take the durable meta's slot), and
-    /// while a handle is open a timer looks every quarter of `age` (at least every
-    /// millisecond) and, when no commit came to do it, makes the newest commit durable as
+    /// `Sync`, or the next commit when its meta would take the durable meta's slot; a
+    /// NoMetaSync commit right after another needs nothing, its data sync making every
+    /// commit before it durable), and while a handle is open a timer looks every quarter of
+    /// `age` (not more often than once a millisecond) and, when no commit came to do it,
+    /// makes the newest commit durable as
     /// [`Db::sync`](crate::Db::sync) does. A power cut then loses at most about `age` and a
     /// quarter of acknowledged commits, plus the time one sync takes. `None` (the default,
     /// as in LMDB and libmdbx) bounds only the space they keep

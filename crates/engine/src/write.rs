@@ -611,11 +611,16 @@ impl Txn {
         let limit = limit.unwrap_or(u64::MAX);
         let (durable, synced_first, in_flight, syncing, possible, next_possible, stale) = {
             let mut st = self.db.durability.lock();
-            // `Options::max_unsynced_age`: a commit not durable for that long.
-            let stale = max_age.is_some_and(|max| {
-                st.unsynced_age(std::time::Instant::now())
-                    .is_some_and(|age| age >= max)
-            });
+            // `Options::max_unsynced_age`: a commit not durable for that long. Not when this
+            // is a NoMetaSync commit right after one: its data sync makes that one's meta,
+            // and so every commit before this one, durable anyway.
+            let covered = self.durability == Durability::NoMetaSync
+                && st.meta_unsynced == Some(st.committed.txid);
+            let stale = !covered
+                && max_age.is_some_and(|max| {
+                    st.unsynced_age(std::time::Instant::now())
+                        .is_some_and(|age| age >= max)
+                });
             // A NoMetaSync meta not yet synced is durable after the data sync that starts
             // this commit's durable point: that is the slot to keep.
             // Points in the background need a sync on another thread.

@@ -732,6 +732,12 @@ impl Pager {
     pub fn sync_name_at_next_sync(&self, sync_name: SyncName) {
         *self.name_unsynced.lock() = Some(sync_name);
     }
+
+    /// A directory fsync is waiting for the next sync (`sync_name_at_next_sync`): commits
+    /// durable in the file are not yet durable under its name.
+    pub fn name_unsynced(&self) -> bool {
+        self.name_unsynced.lock().is_some()
+    }
 }
 
 impl Drop for Pager {
