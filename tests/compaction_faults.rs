@@ -347,3 +347,39 @@ fn durable_points_after_a_switch_whose_directory_fsync_failed_fsync_the_director
     db.check().unwrap();
     assert_eq!(contents(&db), model);
 }
+
+/// After a switch whose directory fsync failed, with `max_unsynced_age` and no commit after
+/// it: the handle's age timer fsyncs the directory. The new file's state starts durable, so
+/// no commit's age calls for it; without the timer looking at the name too, the commits the
+/// switch carried over stay durable only in a file a power cut can take away, for as long as
+/// the handle stays quiet.
+#[test]
+fn the_age_timer_fsyncs_the_directory_a_switch_left_unsynced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.larch");
+    let fs = Arc::new(SwitchSyncDirFailsOnce::default());
+    let opts = Options::default()
+        .compaction_threshold(Some(0.3))
+        .compaction_min_bytes(0)
+        .compaction_check_every(std::time::Duration::from_secs(3600))
+        .max_unsynced_age(Some(std::time::Duration::from_millis(20)));
+    drop(Db::open(&path, Options::default()).unwrap());
+    let db = Db::open_with_storage_and_fs(&path, file_storage(&path), opts, fs.clone()).unwrap();
+    let (model, failed) = run(&db, 1, false);
+    assert_eq!(failed, None);
+    assert!(db.compactions() == 1 && fs.failed.load(SeqCst));
+    let start = std::time::Instant::now();
+    while fs.sync_dirs_after_failure.load(SeqCst) == 0
+        && start.elapsed() < std::time::Duration::from_secs(30)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(
+        fs.sync_dirs_after_failure.load(SeqCst) >= 1,
+        "no directory fsync in 30 s after the switch: {fs:?}"
+    );
+    drop(db);
+    let db = Db::open(&path, Options::default()).unwrap();
+    db.check().unwrap();
+    assert_eq!(contents(&db), model);
+}
